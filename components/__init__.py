@@ -1,0 +1,5 @@
+"""tfx-accum components: the gradient-accumulation Keras model, the TFX Trainer and Tuner modules."""
+
+from components.accumulation import GradientAccumulationModel, validate_accumulation_steps
+
+__all__ = ["GradientAccumulationModel", "validate_accumulation_steps"]
