@@ -72,6 +72,70 @@ def _to_accumulator(gradient: Any) -> tf.Tensor:
     return tf.cast(gradient, tf.float32)
 
 
+def _scale(gradient: Any, factor: tf.Tensor) -> Any:
+    if isinstance(gradient, tf.IndexedSlices):
+        return tf.IndexedSlices(gradient.values * factor, gradient.indices, gradient.dense_shape)
+    return gradient * factor
+
+
+def _cast(gradient: Any, dtype) -> Any:
+    if isinstance(gradient, tf.IndexedSlices):
+        return tf.IndexedSlices(tf.cast(gradient.values, dtype), gradient.indices,
+                                gradient.dense_shape)
+    return tf.cast(gradient, dtype)
+
+
+def _accumulator_start(gradient: Any) -> Any:
+    """A float32 accumulator seeded with the first micro-batch's gradient.
+
+    Sparse gradients (``tf.IndexedSlices``, from embeddings) are kept sparse: their slices
+    are collected in TensorArrays and concatenated at the end, which is exactly the
+    gradient plain Keras sees for the whole batch (optimizers treat duplicate indices
+    differently from a dense sum, so densifying would change Adam's update).
+    """
+    if isinstance(gradient, tf.IndexedSlices):
+        values = tf.TensorArray(
+            tf.float32, size=0, dynamic_size=True, infer_shape=False,
+            element_shape=tf.TensorShape([None]).concatenate(gradient.values.shape[1:]),
+        )
+        indices = tf.TensorArray(
+            gradient.indices.dtype, size=0, dynamic_size=True, infer_shape=False,
+            element_shape=tf.TensorShape([None]),
+        )
+        return (
+            values.write(0, tf.cast(gradient.values, tf.float32)),
+            indices.write(0, gradient.indices),
+        )
+    return tf.cast(gradient, tf.float32)
+
+
+def _accumulator_add(accumulator: Any, j: tf.Tensor, gradient: Any) -> Any:
+    if isinstance(accumulator, tuple):
+        values, indices = accumulator
+        if gradient is None:
+            gradient = tf.IndexedSlices(
+                tf.zeros(tf.TensorShape([0]).concatenate(values.element_shape[1:]), tf.float32),
+                tf.zeros([0], indices.dtype),
+            )
+        elif not isinstance(gradient, tf.IndexedSlices):
+            rows = tf.shape(gradient)[0]
+            gradient = tf.IndexedSlices(gradient, tf.range(rows, dtype=indices.dtype))
+        return (
+            values.write(j, tf.cast(gradient.values, tf.float32)),
+            indices.write(j, tf.cast(gradient.indices, indices.dtype)),
+        )
+    if gradient is None:
+        return accumulator
+    return accumulator + _to_accumulator(gradient)
+
+
+def _accumulator_result(accumulator: Any, first_gradient: Any) -> Any:
+    if isinstance(accumulator, tuple):
+        values, indices = accumulator
+        return tf.IndexedSlices(values.concat(), indices.concat(), first_gradient.dense_shape)
+    return accumulator
+
+
 def _keras_mask(tensor: Any) -> tf.Tensor | None:
     # Keras 3 on TensorFlow keeps a propagated mask as this attribute on the tensor.
     return getattr(tensor, "_keras_mask", None)
@@ -152,10 +216,10 @@ class GradientAccumulationModel(keras.Model):
                 f"(got {model.name!r}). Build a Sequential model with an `keras.Input` first, "
                 "or subclass GradientAccumulationModel for subclassed models."
             )
-        if isinstance(getattr(model, "_inputs_struct", None), dict):
-            inputs = model._inputs_struct
-        if isinstance(getattr(model, "_outputs_struct", None), dict | list):
-            outputs = model._outputs_struct
+        # Keep the original nesting (single tensor, list or dict) so that call signatures
+        # and exported serving signatures stay the same as the wrapped model's.
+        inputs = getattr(model, "_inputs_struct", inputs)
+        outputs = getattr(model, "_outputs_struct", outputs)
         return cls(
             inputs=inputs,
             outputs=outputs,
@@ -178,11 +242,16 @@ class GradientAccumulationModel(keras.Model):
 
     # --------------------------------------------------------------------- training
 
-    def compile(self, *args, **kwargs):
-        super().compile(*args, **kwargs)
-        if self.gradient_accumulation_steps > 1 and any(
-            isinstance(layer, keras.layers.BatchNormalization) for layer in self._flatten_layers()
-        ):
+    def _warn_once(self, key: str, message: str) -> None:
+        if not hasattr(self, "_warned"):
+            self._warned = set()
+        if key not in self._warned:
+            self._warned.add(key)
+            warnings.warn(message, stacklevel=3)
+
+    def _warn_if_batch_normalization(self) -> None:
+        if any(isinstance(layer, keras.layers.BatchNormalization)
+               for layer in self._flatten_layers()):
             self._warn_once(
                 "batchnorm",
                 "GradientAccumulationModel: BatchNormalization layers normalise each "
@@ -191,13 +260,6 @@ class GradientAccumulationModel(keras.Model):
                 "Use LayerNormalization/GroupNormalization, or freeze BatchNormalization "
                 "(layer.trainable = False), for exact accumulation.",
             )
-
-    def _warn_once(self, key: str, message: str) -> None:
-        if not hasattr(self, "_warned"):
-            self._warned = set()
-        if key not in self._warned:
-            self._warned.add(key)
-            warnings.warn(message, stacklevel=3)
 
     def _forward(self, x):
         if self._call_has_training_arg:
@@ -238,6 +300,7 @@ class GradientAccumulationModel(keras.Model):
         k = self.gradient_accumulation_steps
         if k == 1:
             return super().train_step(data)
+        self._warn_if_batch_normalization()
         x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
         trainable = self.trainable_weights
         if not trainable:
@@ -321,14 +384,11 @@ class GradientAccumulationModel(keras.Model):
         # stay None, as in plain Keras) and seeds the accumulators.
         grads0, denom0, sum0, extra0 = micro_step(tf.constant(0))
         present = [i for i, g in enumerate(grads0) if g is not None]
-        acc0 = [_to_accumulator(grads0[i]) for i in present]
+        acc0 = [_accumulator_start(grads0[i]) for i in present]
 
         def body(j, acc, denom, loss_sum, extra):
             grads, d, s, e = micro_step(j)
-            new_acc = []
-            for a, i in zip(acc, present):
-                g = grads[i]
-                new_acc.append(a if g is None else a + _to_accumulator(g))
+            new_acc = [_accumulator_add(a, j, grads[i]) for a, i in zip(acc, present)]
             return j + 1, new_acc, denom + d, loss_sum + s, extra + e
 
         _, acc, denom, loss_sum, extra = tf.while_loop(
@@ -337,11 +397,12 @@ class GradientAccumulationModel(keras.Model):
             (tf.constant(1), acc0, denom0, sum0, extra0),
             parallel_iterations=1,
         )
+        acc = [_accumulator_result(a, grads0[i]) for a, i in zip(acc, present)]
 
         if mode["masked"]:
             global_denom = all_sum(denom)
             factor = tf.math.divide_no_nan(n_float, global_denom)
-            acc = [a * factor for a in acc]
+            acc = [_scale(a, factor) for a in acc]
         else:
             global_denom = global_samples
 
@@ -356,14 +417,14 @@ class GradientAccumulationModel(keras.Model):
                 reg_scaled = self.optimizer.scale_loss(reg / float(replicas))
             reg_grads = tape.gradient(reg_scaled, trainable)
             acc = [
-                a if reg_grads[i] is None else a + _to_accumulator(reg_grads[i])
+                a if reg_grads[i] is None else tf.convert_to_tensor(a) + _to_accumulator(reg_grads[i])
                 for a, i in zip(acc, present)
             ]
             batch_loss += reg / float(replicas)
 
         gradients = [None] * len(trainable)
         for a, i in zip(acc, present):
-            gradients[i] = tf.cast(a, trainable[i].dtype)
+            gradients[i] = _cast(a, trainable[i].dtype)
         self.optimizer.apply_gradients(zip(gradients, trainable))
 
         # Every replica reports the exact whole-batch loss, weighted by its sample count
