@@ -102,8 +102,16 @@ def _train(method: str):
     x, y, sw = _data()
     model = _build(method)
     counter = CountUpdates()
-    model.fit(x, y, sample_weight=sw, batch_size=_fit_batch_size(method), epochs=EPOCHS,
-              shuffle=False, verbose=0, callbacks=[counter])
+    model.fit(
+        x,
+        y,
+        sample_weight=sw,
+        batch_size=_fit_batch_size(method),
+        epochs=EPOCHS,
+        shuffle=False,
+        verbose=0,
+        callbacks=[counter],
+    )
     return model, counter.updates
 
 
@@ -125,8 +133,15 @@ def _mirrored_worker(method: str) -> None:
     try:
         with strategy.scope():
             model = _build(method)
-        model.fit(x, y, sample_weight=sw, batch_size=_fit_batch_size(method), epochs=1,
-                  shuffle=False, verbose=0)
+        model.fit(
+            x,
+            y,
+            sample_weight=sw,
+            batch_size=_fit_batch_size(method),
+            epochs=1,
+            shuffle=False,
+            verbose=0,
+        )
         print(json.dumps({"status": "runs"}))
     except Exception as error:  # noqa: BLE001 - reported, not hidden
         message = f"{type(error).__name__}: {str(error).splitlines()[0][:80]}"
@@ -136,7 +151,9 @@ def _mirrored_worker(method: str) -> None:
 def _mirrored_status(method: str) -> str:
     proc = subprocess.run(
         [sys.executable, "-m", "bench.exactness", "--mirrored", method],
-        capture_output=True, text=True, timeout=600,
+        capture_output=True,
+        text=True,
+        timeout=600,
         cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
     )
     for line in reversed(proc.stdout.strip().splitlines()):
@@ -157,10 +174,15 @@ def run_exactness(log=print) -> list[ExactnessRow]:
             model, updates = reference, reference_updates
         else:
             model, updates = _train(method)
-        diff = max(float(np.max(np.abs(a - b)))
-                   for a, b in zip(reference.get_weights(), model.get_weights()))
-        rows.append(ExactnessRow(method, diff, updates, expected, _schedule_step(model),
-                                 _mirrored_status(method)))
+        diff = max(
+            float(np.max(np.abs(a - b)))
+            for a, b in zip(reference.get_weights(), model.get_weights())
+        )
+        rows.append(
+            ExactnessRow(
+                method, diff, updates, expected, _schedule_step(model), _mirrored_status(method)
+            )
+        )
     return rows
 
 

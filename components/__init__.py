@@ -1,4 +1,4 @@
-"""tfx-accum components: the gradient-accumulation Keras model, the TFX Trainer and Tuner modules."""
+"""tfx-accum components: the gradient-accumulation model, TFX Trainer and Tuner modules."""
 
 from components.accumulation import GradientAccumulationModel, validate_accumulation_steps
 

@@ -80,8 +80,9 @@ def _scale(gradient: Any, factor: tf.Tensor) -> Any:
 
 def _cast(gradient: Any, dtype) -> Any:
     if isinstance(gradient, tf.IndexedSlices):
-        return tf.IndexedSlices(tf.cast(gradient.values, dtype), gradient.indices,
-                                gradient.dense_shape)
+        return tf.IndexedSlices(
+            tf.cast(gradient.values, dtype), gradient.indices, gradient.dense_shape
+        )
     return tf.cast(gradient, dtype)
 
 
@@ -95,11 +96,17 @@ def _accumulator_start(gradient: Any) -> Any:
     """
     if isinstance(gradient, tf.IndexedSlices):
         values = tf.TensorArray(
-            tf.float32, size=0, dynamic_size=True, infer_shape=False,
+            tf.float32,
+            size=0,
+            dynamic_size=True,
+            infer_shape=False,
             element_shape=tf.TensorShape([None]).concatenate(gradient.values.shape[1:]),
         )
         indices = tf.TensorArray(
-            gradient.indices.dtype, size=0, dynamic_size=True, infer_shape=False,
+            gradient.indices.dtype,
+            size=0,
+            dynamic_size=True,
+            infer_shape=False,
             element_shape=tf.TensorShape([None]),
         )
         return (
@@ -186,9 +193,7 @@ class GradientAccumulationModel(keras.Model):
 
     def __init__(self, *args, gradient_accumulation_steps: int = 1, **kwargs):
         super().__init__(*args, **kwargs)
-        self.gradient_accumulation_steps = validate_accumulation_steps(
-            gradient_accumulation_steps
-        )
+        self.gradient_accumulation_steps = validate_accumulation_steps(gradient_accumulation_steps)
         self._warned: set[str] = set()
 
     # ------------------------------------------------------------------ construction
@@ -250,8 +255,9 @@ class GradientAccumulationModel(keras.Model):
             warnings.warn(message, stacklevel=3)
 
     def _warn_if_batch_normalization(self) -> None:
-        if any(isinstance(layer, keras.layers.BatchNormalization)
-               for layer in self._flatten_layers()):
+        if any(
+            isinstance(layer, keras.layers.BatchNormalization) for layer in self._flatten_layers()
+        ):
             self._warn_once(
                 "batchnorm",
                 "GradientAccumulationModel: BatchNormalization layers normalise each "
@@ -339,11 +345,7 @@ class GradientAccumulationModel(keras.Model):
                 y_pred = self._forward(xj)
                 data_loss = self._data_loss(xj, yj, y_pred, swj, replicas)
                 call_losses = self._call_losses(len(regularized))
-                masks = [
-                    m
-                    for m in (_keras_mask(o) for o in tree.flatten(y_pred))
-                    if m is not None
-                ]
+                masks = [m for m in (_keras_mask(o) for o in tree.flatten(y_pred)) if m is not None]
                 if "masked" not in mode:
                     mode["masked"] = bool(masks)
                     if len(masks) > 1:
@@ -411,13 +413,13 @@ class GradientAccumulationModel(keras.Model):
             # Weight regularizers count once per update (divided over replicas, whose
             # gradients are summed).
             with tf.GradientTape() as tape:
-                reg = tf.add_n(
-                    [tf.cast(tf.reduce_sum(r(v)), tf.float32) for v, r in regularized]
-                )
+                reg = tf.add_n([tf.cast(tf.reduce_sum(r(v)), tf.float32) for v, r in regularized])
                 reg_scaled = self.optimizer.scale_loss(reg / float(replicas))
             reg_grads = tape.gradient(reg_scaled, trainable)
             acc = [
-                a if reg_grads[i] is None else tf.convert_to_tensor(a) + _to_accumulator(reg_grads[i])
+                a
+                if reg_grads[i] is None
+                else tf.convert_to_tensor(a) + _to_accumulator(reg_grads[i])
                 for a, i in zip(acc, present)
             ]
             batch_loss += reg / float(replicas)

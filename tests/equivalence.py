@@ -32,8 +32,9 @@ def optimizer_state(model: keras.Model) -> list[np.ndarray]:
 
 def max_abs_diff(a: list[np.ndarray], b: list[np.ndarray]) -> float:
     assert len(a) == len(b), (len(a), len(b))
-    return max((float(np.max(np.abs(np.asarray(x) - np.asarray(y)))) for x, y in zip(a, b)),
-               default=0.0)
+    return max(
+        (float(np.max(np.abs(np.asarray(x) - np.asarray(y)))) for x, y in zip(a, b)), default=0.0
+    )
 
 
 def dense_classifier(regularized: bool = True) -> keras.Model:

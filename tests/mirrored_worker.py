@@ -32,7 +32,6 @@ from test_accumulation import masked_sequence_model  # noqa: E402
 
 from components import GradientAccumulationModel  # noqa: E402
 
-
 # One strategy per process: separate MirroredStrategy objects reuse collective instance keys.
 STRATEGY = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
 
@@ -50,7 +49,10 @@ def run(build, make_data, loss, optimizer, steps=4):
     return {
         "weights": max_abs_diff(plain.get_weights(), ga.get_weights()),
         "slots": max_abs_diff(optimizer_state(plain), optimizer_state(ga)),
-        "iterations": [int(np.asarray(plain.optimizer.iterations)), int(np.asarray(ga.optimizer.iterations))],
+        "iterations": [
+            int(np.asarray(plain.optimizer.iterations)),
+            int(np.asarray(ga.optimizer.iterations)),
+        ],
         "replicas": STRATEGY.num_replicas_in_sync,
     }
 
@@ -59,6 +61,7 @@ def dense_data(n):
     def make():
         x, y, sw = classification_data(n=n)
         return tf.data.Dataset.from_tensor_slices((x, y, sw)).batch(32)
+
     return make
 
 
@@ -73,12 +76,24 @@ def masked_data():
 
 results = {
     # 100 = 3 x 32 + 4: the last batch gives each replica 2 samples.
-    "sgd_uneven": run(dense_classifier, dense_data(100), "sparse_categorical_crossentropy",
-                      lambda: keras.optimizers.SGD(0.1, momentum=0.9)),
+    "sgd_uneven": run(
+        dense_classifier,
+        dense_data(100),
+        "sparse_categorical_crossentropy",
+        lambda: keras.optimizers.SGD(0.1, momentum=0.9),
+    ),
     # 33 = 32 + 1: in the last batch one replica has no sample at all.
-    "adam_empty_replica": run(dense_classifier, dense_data(33), "sparse_categorical_crossentropy",
-                              lambda: keras.optimizers.Adam(0.01)),
-    "masked_sgd": run(masked_sequence_model, masked_data, "sparse_categorical_crossentropy",
-                      lambda: keras.optimizers.SGD(0.1)),
+    "adam_empty_replica": run(
+        dense_classifier,
+        dense_data(33),
+        "sparse_categorical_crossentropy",
+        lambda: keras.optimizers.Adam(0.01),
+    ),
+    "masked_sgd": run(
+        masked_sequence_model,
+        masked_data,
+        "sparse_categorical_crossentropy",
+        lambda: keras.optimizers.SGD(0.1),
+    ),
 }
 print(json.dumps(results))

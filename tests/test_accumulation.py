@@ -123,16 +123,20 @@ def dict_io_model():
 def test_dict_inputs_and_multiple_outputs(optimizer):
     rng = np.random.default_rng(2)
     n = 50
-    x = {"a": rng.normal(size=(n, 4)).astype("float32"),
-         "b": rng.normal(size=(n, 3)).astype("float32")}
+    x = {
+        "a": rng.normal(size=(n, 4)).astype("float32"),
+        "b": rng.normal(size=(n, 3)).astype("float32"),
+    }
     y = {"cls": rng.integers(0, 2, n), "reg": rng.normal(size=(n, 1)).astype("float32")}
     ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(16)
     plain, ga, hist, tol = fit_both(
         dict_io_model,
         4,
         dict(x=ds, epochs=2),
-        dict(loss={"cls": "sparse_categorical_crossentropy", "reg": "mse"},
-             loss_weights={"cls": 1.0, "reg": 0.5}),
+        dict(
+            loss={"cls": "sparse_categorical_crossentropy", "reg": "mse"},
+            loss_weights={"cls": 1.0, "reg": 0.5},
+        ),
         optimizer,
     )
     assert_equivalent(plain, ga, tol)
@@ -168,8 +172,11 @@ def test_jit_compile_and_steps_per_execution(jit_compile, steps_per_execution):
         dense_classifier,
         4,
         dict(x=x, y=y, sample_weight=sw, batch_size=32, epochs=2),
-        dict(loss="sparse_categorical_crossentropy", jit_compile=jit_compile,
-             steps_per_execution=steps_per_execution),
+        dict(
+            loss="sparse_categorical_crossentropy",
+            jit_compile=jit_compile,
+            steps_per_execution=steps_per_execution,
+        ),
         "adam",
     )
     assert_equivalent(plain, ga, tol)
@@ -231,8 +238,9 @@ def test_keras_save_load_round_trip_and_export(tmp_path):
     assert isinstance(restored, GradientAccumulationModel)
     assert restored.gradient_accumulation_steps == 4
     assert restored.get_config()["gradient_accumulation_steps"] == 4
-    np.testing.assert_allclose(restored.predict(x, verbose=0), model.predict(x, verbose=0),
-                               atol=1e-6)
+    np.testing.assert_allclose(
+        restored.predict(x, verbose=0), model.predict(x, verbose=0), atol=1e-6
+    )
     # The optimizer state came back too, so training resumes where it stopped.
     assert int(restored.optimizer.iterations) == int(model.optimizer.iterations)
     restored.fit(x, y, batch_size=32, epochs=1, verbose=0)
@@ -265,14 +273,22 @@ def test_batch_normalization_warns_once():
 
 
 @pytest.mark.parametrize(
-    "value,error", [(0, ValueError), (-2, ValueError), (2.5, TypeError), ("4", TypeError),
-                    (True, TypeError), (None, TypeError)]
+    "value,error",
+    [
+        (0, ValueError),
+        (-2, ValueError),
+        (2.5, TypeError),
+        ("4", TypeError),
+        (True, TypeError),
+        (None, TypeError),
+    ],
 )
 def test_bad_accumulation_steps_name_the_argument(value, error):
     inputs = keras.Input((2,))
     with pytest.raises(error, match="gradient_accumulation_steps") as info:
-        GradientAccumulationModel(inputs, keras.layers.Dense(1)(inputs),
-                                  gradient_accumulation_steps=value)
+        GradientAccumulationModel(
+            inputs, keras.layers.Dense(1)(inputs), gradient_accumulation_steps=value
+        )
     assert repr(value) in str(info.value) or str(value) in str(info.value)
 
 
@@ -294,8 +310,9 @@ def test_mirrored_strategy_two_replicas_is_exact():
     from pathlib import Path
 
     worker = Path(__file__).with_name("mirrored_worker.py")
-    proc = subprocess.run([sys.executable, str(worker)], capture_output=True, text=True,
-                          timeout=600)
+    proc = subprocess.run(
+        [sys.executable, str(worker)], capture_output=True, text=True, timeout=600
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = json.loads(proc.stdout.strip().splitlines()[-1])
     for name, result in results.items():
