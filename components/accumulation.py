@@ -57,11 +57,14 @@ def _batch_size(x: Any) -> tf.Tensor:
     return tf.shape(first)[0]
 
 
-def _slice(structure: Any, start: tf.Tensor, end: tf.Tensor) -> Any:
+def _slice(structure: Any, start: tf.Tensor, size: tf.Tensor | int) -> Any:
+    """Rows ``start:start+size`` of every tensor; a Python-int size keeps shapes static."""
+
     def cut(t):
         if t is None:
             return None
-        return t[start:end]
+        rank = len(t.shape)
+        return tf.slice(t, [start] + [0] * (rank - 1), [size] + [-1] * (rank - 1))
 
     return tree.map_structure(cut, structure)
 
@@ -324,23 +327,32 @@ class GradientAccumulationModel(keras.Model):
 
         n = _batch_size(x)
         n_float = tf.cast(n, tf.float32)
-        count = tf.maximum(tf.minimum(n, k), 1)
+        static_n = next(t for t in tree.flatten(x) if t is not None).shape[0]
+        if static_n is not None and static_n % k == 0:
+            # Static shapes (e.g. drop_remainder=True on TPU): k micro-batches of n/k rows.
+            count, static_size = k, static_n // k
+        else:
+            count, static_size = tf.maximum(tf.minimum(n, k), 1), None
         # The whole (global) batch's sample count, the denominator of mean losses.
         global_samples = all_sum(n_float)
         regularized = self._weight_regularizers()
 
         def bounds(j):
-            return (j * n) // count, ((j + 1) * n) // count
+            """Start and size of micro-batch j: sizes differ by at most one sample."""
+            if static_size is not None:
+                return j * static_size, static_size
+            start = (j * n) // count
+            return start, ((j + 1) * n) // count - start
 
         # Decided on the first micro-batch, at trace time: whether the loss denominator is
         # the sample count (known now) or a valid-element count from output masks.
         mode: dict[str, Any] = {}
 
         def micro_step(j):
-            start, end = bounds(j)
-            xj = _slice(x, start, end)
-            yj = _slice(y, start, end)
-            swj = _slice(sample_weight, start, end)
+            start, size = bounds(j)
+            xj = _slice(x, start, size)
+            yj = _slice(y, start, size)
+            swj = _slice(sample_weight, start, size)
             with tf.GradientTape() as tape:
                 y_pred = self._forward(xj)
                 data_loss = self._data_loss(xj, yj, y_pred, swj, replicas)
@@ -365,7 +377,7 @@ class GradientAccumulationModel(keras.Model):
                     # Normalised by local samples for range; rescaled by n/D after the loop.
                     scale = denom / tf.maximum(n_float, 1.0)
                 else:
-                    denom = tf.cast(end - start, tf.float32)
+                    denom = tf.cast(size, tf.float32)
                     scale = tf.math.divide_no_nan(denom, global_samples)
                 objective = data_loss * scale
                 if call_losses:
@@ -393,10 +405,15 @@ class GradientAccumulationModel(keras.Model):
             new_acc = [_accumulator_add(a, j, grads[i]) for a, i in zip(acc, present)]
             return j + 1, new_acc, denom + d, loss_sum + s, extra + e
 
+        # The loop may only start once the first micro-batch's backward pass is done;
+        # otherwise the executor can run the loop's first forward pass alongside it and
+        # hold two micro-batches of activations at once.
+        with tf.control_dependencies([g for g in tree.flatten(acc0) if tf.is_tensor(g)]):
+            first_j = tf.identity(tf.constant(1))
         _, acc, denom, loss_sum, extra = tf.while_loop(
             lambda j, *_: j < count,
             body,
-            (tf.constant(1), acc0, denom0, sum0, extra0),
+            (first_j, acc0, denom0, sum0, extra0),
             parallel_iterations=1,
         )
         acc = [_accumulator_result(a, grads0[i]) for a, i in zip(acc, present)]

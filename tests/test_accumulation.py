@@ -321,3 +321,21 @@ def test_mirrored_strategy_two_replicas_is_exact():
         tol = 1e-4 if name.startswith("adam") else 1e-5
         assert result["weights"] < tol, (name, result)
         assert result["slots"] < tol, (name, result)
+
+
+@pytest.mark.parametrize("jit_compile", [False, True])
+def test_static_batch_shapes_use_fixed_micro_batches(jit_compile):
+    # drop_remainder=True gives a static batch dimension (as on TPU): k fixed-size slices.
+    x, y, sw = classification_data(n=96)
+
+    def data():
+        return tf.data.Dataset.from_tensor_slices((x, y, sw)).batch(32, drop_remainder=True)
+
+    plain, ga, _, tol = fit_both(
+        dense_classifier,
+        4,
+        dict(x=data(), epochs=2),
+        dict(loss="sparse_categorical_crossentropy", jit_compile=jit_compile),
+        "adam",
+    )
+    assert_equivalent(plain, ga, tol)

@@ -1,0 +1,115 @@
+"""Reading the ExampleGen splits for the Tuner and Trainer modules.
+
+TFX builds datasets at one fixed batch size. Tuning batch sizes needs per-trial batching
+(tfx #3591), so the splits are read once, unbatched and cached, and each trial or
+training run batches them at its own effective batch size.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import numpy as np
+import tensorflow as tf
+from tensorflow_metadata.proto.v0 import schema_pb2
+from tfx import v1 as tfx
+from tfx_bsl.public import tfxio
+
+_READ_BATCH = 256
+
+
+def _natural_key(name: str):
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
+
+
+def load_schema(schema_path: str) -> schema_pb2.Schema:
+    return tfx.utils.parse_pbtxt_file(schema_path, schema_pb2.Schema())
+
+
+def feature_keys(schema: schema_pb2.Schema, label_key: str) -> list[str]:
+    """The model's input features: every schema feature but the label, in natural order."""
+    names = [f.name for f in schema.feature]
+    if label_key not in names:
+        raise ValueError(
+            f"The label column {label_key!r} is not in the data (columns: "
+            f"{', '.join(sorted(names, key=_natural_key)[:10])}...). Set the label key."
+        )
+    return sorted((n for n in names if n != label_key), key=_natural_key)
+
+
+def feature_spec(schema: schema_pb2.Schema, keys: list[str]) -> dict[str, tf.io.FixedLenFeature]:
+    """``tf.io.parse_example`` spec of the input features (one value each)."""
+    types = {f.name: f.type for f in schema.feature}
+    return {
+        k: tf.io.FixedLenFeature([1], tf.float32 if types[k] == schema_pb2.FLOAT else tf.int64)
+        for k in keys
+    }
+
+
+@dataclasses.dataclass
+class Splits:
+    """Unbatched, cached ``(features, label)`` datasets and feature statistics."""
+
+    train: tf.data.Dataset
+    eval: tf.data.Dataset
+    keys: list[str]
+    train_size: int
+    mean: np.ndarray
+    variance: np.ndarray
+
+
+def _as_float(keys: list[str], label_key: str):
+    def convert(features, label):
+        return (
+            {k: tf.cast(features[k], tf.float32) for k in keys},
+            tf.cast(tf.reshape(label, [-1]), tf.int64),
+        )
+
+    return convert
+
+
+def _read(fn_args, files, schema, keys, label_key) -> tf.data.Dataset:
+    dataset = fn_args.data_accessor.tf_dataset_factory(
+        files,
+        tfxio.TensorFlowDatasetOptions(
+            batch_size=_READ_BATCH, label_key=label_key, num_epochs=1, shuffle=False
+        ),
+        schema,
+    )
+    return dataset.map(_as_float(keys, label_key)).unbatch().cache()
+
+
+def load_splits(fn_args, label_key: str) -> Splits:
+    """Reads the train and eval splits of a Trainer/Tuner ``fn_args`` once."""
+    schema = load_schema(fn_args.schema_path)
+    keys = feature_keys(schema, label_key)
+    train = _read(fn_args, fn_args.train_files, schema, keys, label_key)
+    evaluation = _read(fn_args, fn_args.eval_files, schema, keys, label_key)
+    # One pass for the size and the normalisation statistics (this also fills the cache).
+    count, total, total_sq = 0, np.zeros(len(keys)), np.zeros(len(keys))
+    for features, _ in train.batch(1024):
+        block = np.concatenate([features[k].numpy() for k in keys], axis=1).astype("float64")
+        count += block.shape[0]
+        total += block.sum(axis=0)
+        total_sq += (block**2).sum(axis=0)
+    if count == 0:
+        raise ValueError("The training split is empty: the data has no rows to train on.")
+    mean = total / count
+    variance = np.maximum(total_sq / count - mean**2, 1e-6)
+    return Splits(train, evaluation, keys, count, mean, variance)
+
+
+def batched(
+    dataset: tf.data.Dataset,
+    batch_size: int,
+    shuffle_seed: int | None,
+    repeat: bool = True,
+    drop_remainder: bool = False,
+) -> tf.data.Dataset:
+    """Shuffles (optionally), repeats and batches an unbatched split."""
+    if shuffle_seed is not None:
+        dataset = dataset.shuffle(4096, seed=shuffle_seed, reshuffle_each_iteration=True)
+    if repeat:
+        dataset = dataset.repeat()
+    return dataset.batch(batch_size, drop_remainder=drop_remainder).prefetch(tf.data.AUTOTUNE)

@@ -1,0 +1,89 @@
+"""Distribution strategy choice and the effective-batch arithmetic across replicas.
+
+The rule, documented in the README: the tuned micro-batch ``m`` is what fits on *one*
+device, and the tuned effective batch is ``B = k * m``. With ``R`` replicas each replica
+processes micro-batches of ``m`` and accumulates ``ceil(k / R)`` of them, so the global
+batch is ``R * ceil(k / R) * m``: exactly ``B`` when ``R`` divides ``k``, and the smallest
+multiple of ``R * m`` above ``B`` otherwise (logged). ``k = 1`` with ``R`` replicas gives
+``R * m``: data parallelism cannot go below one micro-batch per device.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import os
+
+import tensorflow as tf
+
+_TPU_ENV_VARS = (
+    "TPU_NAME",
+    "TPU_WORKER_HOSTNAMES",
+    "KUBE_GOOGLE_CLOUD_TPU_ENDPOINTS",
+    "TPU_ACCELERATOR_TYPE",
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class ReplicaPlan:
+    replicas: int
+    steps_per_replica: int
+    micro_batch_size: int
+
+    @property
+    def per_replica_batch(self) -> int:
+        return self.steps_per_replica * self.micro_batch_size
+
+    @property
+    def global_batch(self) -> int:
+        return self.replicas * self.per_replica_batch
+
+
+def replica_plan(steps: int, micro_batch_size: int, replicas: int) -> ReplicaPlan:
+    """How ``k`` micro-batches of ``m`` are shared among ``replicas`` devices."""
+    for name, value in (
+        ("steps", steps),
+        ("micro_batch_size", micro_batch_size),
+        ("replicas", replicas),
+    ):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"`{name}` must be an int >= 1. Received: {name}={value!r}.")
+    return ReplicaPlan(replicas, math.ceil(steps / replicas), micro_batch_size)
+
+
+def strategy_kind(num_gpus: int, tpu_present: bool) -> str:
+    """``"tpu"`` when a TPU is attached, ``"mirrored"`` for 2+ GPUs, else ``"default"``."""
+    if tpu_present:
+        return "tpu"
+    if num_gpus > 1:
+        return "mirrored"
+    return "default"
+
+
+def _tpu_present() -> bool:
+    return (
+        any(os.environ.get(v) for v in _TPU_ENV_VARS)
+        or os.path.exists("/dev/accel0")
+        or os.path.exists("/dev/vfio/0")
+    )
+
+
+def choose_strategy() -> tf.distribute.Strategy:
+    """The strategy for the devices this process sees (a Kubeflow pod, a laptop, ...)."""
+    kind = strategy_kind(len(tf.config.list_physical_devices("GPU")), _tpu_present())
+    if kind == "tpu":
+        resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu="local")
+        tf.config.experimental_connect_to_cluster(resolver)
+        tf.tpu.experimental.initialize_tpu_system(resolver)
+        strategy = tf.distribute.TPUStrategy(resolver)
+    elif kind == "mirrored":
+        strategy = tf.distribute.MirroredStrategy()
+    else:
+        strategy = tf.distribute.get_strategy()
+    logging.info(
+        "Distribution strategy: %s with %d replica(s).",
+        type(strategy).__name__,
+        strategy.num_replicas_in_sync,
+    )
+    return strategy

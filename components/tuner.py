@@ -1,0 +1,223 @@
+"""TFX Tuner module: Keras Tuner searches accumulation steps, micro-batch and learning rate.
+
+Referenced from the pipeline as ``tuner_fn="components.tuner.tuner_fn"``.
+
+The three hyperparameters are searched jointly: ``gradient_accumulation_steps`` (k),
+``micro_batch_size`` (m) and ``learning_rate``; a trial's effective batch is ``k * m``.
+TFX batches its datasets once, so :class:`AccumulationHyperModel` batches the data itself
+in ``fit`` (tfx #3591).
+
+Budget rule: every trial sees the same number of training *examples*
+(``tuning_epochs * examples_per_epoch``), not the same number of steps; a trial with a
+larger effective batch makes fewer optimizer updates, which is the trade-off being tuned.
+
+A trial that fails (out of memory, or an effective batch above ``max_effective_batch``) is
+recorded as failed and the search goes on; the Tuner fails only if every trial fails.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import sys
+from typing import Any
+
+import keras_tuner
+import tensorflow as tf
+from tfx import v1 as tfx
+
+from components.data import Splits, batched, load_splits
+from components.models import MODEL_NAMES, build_model
+from components.search_space import SearchSpace
+from components.strategy import choose_strategy, replica_plan
+
+OBJECTIVE = "val_accuracy"
+HP_STEPS = "gradient_accumulation_steps"
+HP_MICRO = "micro_batch_size"
+HP_LR = "learning_rate"
+EVAL_BATCH = 256
+
+
+class AccumulationHyperModel(keras_tuner.HyperModel):
+    """Builds the GA model for a trial and trains it at the trial's effective batch."""
+
+    def __init__(
+        self,
+        space: SearchSpace,
+        splits: Splits,
+        model_name: str,
+        num_classes: int,
+        replicas: int = 1,
+    ):
+        super().__init__(name="gradient_accumulation")
+        self.space = space
+        self.splits = splits
+        self.model_name = model_name
+        self.num_classes = num_classes
+        self.replicas = replicas
+
+    def declare(self, hp: keras_tuner.HyperParameters) -> tuple[int, int, float]:
+        steps = hp.Choice(HP_STEPS, list(self.space.steps_choices), ordered=True)
+        micro = hp.Choice(HP_MICRO, list(self.space.micro_batch_choices), ordered=True)
+        lr = hp.Float(
+            HP_LR, self.space.learning_rate_min, self.space.learning_rate_max, sampling="log"
+        )
+        return steps, micro, lr
+
+    def build(self, hp: keras_tuner.HyperParameters):
+        steps, micro, lr = self.declare(hp)
+        plan = replica_plan(steps, micro, self.replicas)
+        return build_model(
+            self.model_name,
+            self.splits.keys,
+            self.num_classes,
+            plan.steps_per_replica,
+            lr,
+            self.splits.mean,
+            self.splits.variance,
+        )
+
+    def fit(self, hp: keras_tuner.HyperParameters, model, *args, **kwargs):
+        steps, micro = hp.get(HP_STEPS), hp.get(HP_MICRO)
+        plan = replica_plan(steps, micro, self.replicas)
+        batch = plan.global_batch
+        limit = self.space.max_effective_batch
+        if limit is not None and batch > limit:
+            raise keras_tuner.errors.FailedTrialError(
+                f"effective batch {steps} x {micro} = {batch} exceeds max_effective_batch={limit}"
+            )
+        examples = self.space.examples_per_epoch or self.splits.train_size
+        epochs = kwargs.pop("epochs", self.space.tuning_epochs)
+        kwargs.pop("x", None)
+        kwargs.pop("validation_data", None)
+        train = batched(self.splits.train, batch, shuffle_seed=self.space.seed)
+        validation = self.splits.eval.batch(EVAL_BATCH)
+        try:
+            return model.fit(
+                train,
+                steps_per_epoch=math.ceil(examples / batch),
+                epochs=epochs,
+                validation_data=validation,
+                verbose=0,
+                **kwargs,
+            )
+        except tf.errors.ResourceExhaustedError as error:
+            raise keras_tuner.errors.FailedTrialError(
+                f"out of memory with micro-batch {micro} (x{steps} steps): {error.message[:200]}"
+            ) from error
+
+
+class _ReportingMixin:
+    """Prints one line per finished trial and fails clearly if every trial failed."""
+
+    def on_trial_end(self, trial):
+        super().on_trial_end(trial)
+        values = trial.hyperparameters.values
+        steps, micro, lr = values.get(HP_STEPS), values.get(HP_MICRO), values.get(HP_LR)
+        effective = steps * micro if steps and micro else "?"
+        score = f"{OBJECTIVE}={trial.score:.4f}" if trial.score is not None else "no score"
+        message = ""
+        if trial.status != "COMPLETED" and trial.message:
+            message = " - " + trial.message.strip().splitlines()[-1][:160]
+        print(
+            f"[tuner] trial {trial.trial_id}: steps={steps} micro_batch={micro} "
+            f"lr={lr:.2e} (effective batch {effective}) -> {score} [{trial.status}]{message}",
+            flush=True,
+        )
+
+    def search(self, *args, **kwargs):
+        super().search(*args, **kwargs)
+        trials = list(self.oracle.trials.values())
+        if not any(t.status == "COMPLETED" for t in trials):
+            last = next((t.message for t in reversed(trials) if t.message), "no trial ran")
+            raise RuntimeError(
+                f"All {len(trials)} tuning trials failed, so there are no best "
+                "hyperparameters. Last failure: "
+                f"{last.strip().splitlines()[-1] if last else last}. Try smaller "
+                "micro_batch_choices, or a larger max_effective_batch."
+            )
+
+
+class RandomSearch(_ReportingMixin, keras_tuner.RandomSearch):
+    pass
+
+
+class BayesianOptimization(_ReportingMixin, keras_tuner.BayesianOptimization):
+    pass
+
+
+class Hyperband(_ReportingMixin, keras_tuner.Hyperband):
+    pass
+
+
+def make_tuner(
+    space: SearchSpace,
+    hypermodel: AccumulationHyperModel,
+    directory: str,
+    strategy: tf.distribute.Strategy | None = None,
+) -> keras_tuner.Tuner:
+    """The Keras Tuner for ``space.algorithm``; failures never stop the search early."""
+    common: dict[str, Any] = dict(
+        hypermodel=hypermodel,
+        objective=keras_tuner.Objective(OBJECTIVE, direction="max"),
+        directory=directory,
+        project_name="tfx_accum",
+        seed=space.seed,
+        overwrite=True,
+        max_retries_per_trial=0,
+        max_consecutive_failed_trials=max(space.max_trials, 1000),
+        distribution_strategy=strategy,
+    )
+    if space.algorithm == "random":
+        return RandomSearch(max_trials=space.max_trials, **common)
+    if space.algorithm == "bayesian":
+        return BayesianOptimization(
+            max_trials=space.max_trials,
+            num_initial_points=max(2, space.max_trials // 3),
+            **common,
+        )
+    return Hyperband(max_epochs=space.tuning_epochs, factor=3, hyperband_iterations=1, **common)
+
+
+def settings_from_custom_config(custom_config: dict | None) -> dict[str, Any]:
+    """Model settings shared by the Tuner and Trainer modules, validated."""
+    config = dict(custom_config or {})
+    model_name = config.get("model", "cnn")
+    if model_name not in MODEL_NAMES:
+        raise ValueError(f"custom_config['model']={model_name!r}; choose one of {MODEL_NAMES}.")
+    num_classes = config.get("num_classes", 10)
+    if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 2:
+        raise ValueError(f"custom_config['num_classes'] must be an int >= 2, got {num_classes!r}.")
+    return {
+        "model": model_name,
+        "num_classes": num_classes,
+        "label_key": config.get("label_key", "label"),
+    }
+
+
+def tuner_fn(fn_args: tfx.components.FnArgs) -> tfx.components.TunerFnResult:
+    """TFX entry point: returns the tuner and the arguments of ``tuner.search``."""
+    logging.getLogger("keras_tuner").setLevel(logging.WARNING)
+    settings = settings_from_custom_config(fn_args.custom_config)
+    space = SearchSpace.from_config((fn_args.custom_config or {}).get("search_space"))
+    strategy = choose_strategy()
+    splits = load_splits(fn_args, settings["label_key"])
+    print(
+        f"[tuner] {space.algorithm} search over steps {list(space.steps_choices)}, "
+        f"micro-batch {list(space.micro_batch_choices)}, learning rate "
+        f"[{space.learning_rate_min:g}, {space.learning_rate_max:g}] (log); "
+        f"budget {space.tuning_epochs} x "
+        f"{space.examples_per_epoch or splits.train_size} examples per trial",
+        flush=True,
+    )
+    sys.stdout.flush()
+    hypermodel = AccumulationHyperModel(
+        space, splits, settings["model"], settings["num_classes"], strategy.num_replicas_in_sync
+    )
+    tuner = make_tuner(
+        space,
+        hypermodel,
+        fn_args.working_dir,
+        strategy if strategy.num_replicas_in_sync > 1 else None,
+    )
+    return tfx.components.TunerFnResult(tuner=tuner, fit_kwargs={"epochs": space.tuning_epochs})

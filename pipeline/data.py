@@ -1,0 +1,144 @@
+"""The embedded default data set and the checks that run before any component.
+
+With no data given, the pipeline trains on the 8x8 handwritten digits that ship with
+scikit-learn (1,797 real images, no network), written as one CSV: ``pixel_00`` ...
+``pixel_63`` (integers 0-16) and ``label`` (0-9).
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import math
+import os
+import tempfile
+from pathlib import Path
+
+DIGITS_FILE = "digits.csv"
+
+
+class DataError(ValueError):
+    """The input data cannot be used; the message says what is wrong and how to fix it."""
+
+
+def digits_csv_text() -> str:
+    from sklearn.datasets import load_digits
+
+    digits = load_digits()
+    header = [f"pixel_{i:02d}" for i in range(digits.data.shape[1])] + ["label"]
+    lines = [",".join(header)]
+    for row, label in zip(digits.data.astype(int), digits.target):
+        lines.append(",".join(str(v) for v in row) + f",{int(label)}")
+    return "\n".join(lines) + "\n"
+
+
+def write_embedded_digits(directory: str | Path) -> Path:
+    """Writes the digits CSV into ``directory`` unless an identical file is already there.
+
+    Rewriting an identical file would change its timestamp and defeat the TFX cache, so it
+    is left alone; the write itself is atomic (temporary file, then rename).
+    """
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    target = directory / DIGITS_FILE
+    text = digits_csv_text()
+    if target.exists() and target.read_text() == text:
+        return directory
+    fd, tmp = tempfile.mkstemp(dir=directory, suffix=".tmp")
+    with os.fdopen(fd, "w") as handle:
+        handle.write(text)
+    os.replace(tmp, target)
+    return directory
+
+
+@dataclasses.dataclass(frozen=True)
+class CsvSummary:
+    files: tuple[str, ...]
+    columns: tuple[str, ...]
+    rows: int
+    num_classes: int
+
+
+def _is_remote(path: str) -> bool:
+    return "://" in path
+
+
+def validate_csv_dir(data_root: str, label_key: str) -> CsvSummary:
+    """Checks a CSV directory the way CsvExampleGen and the model will need it.
+
+    Raises DataError naming the file, line and column of the first problem.
+    """
+    root = Path(data_root)
+    if not root.exists():
+        raise DataError(
+            f"Data root {data_root!r} does not exist. Pass --data-root DIR with "
+            "CSV files, or leave it out to use the embedded digits."
+        )
+    if not root.is_dir():
+        raise DataError(
+            f"Data root {data_root!r} is a file; pass the directory that holds the CSV files."
+        )
+    files = sorted(p for p in root.iterdir() if p.suffix == ".csv" and p.is_file())
+    if not files:
+        raise DataError(
+            f"Data root {data_root!r} holds no .csv file. Put one or more CSV "
+            f"files with a header row and a {label_key!r} column there."
+        )
+    columns: list[str] | None = None
+    rows, max_label = 0, -1
+    for path in files:
+        with path.open(newline="") as handle:
+            reader = csv.reader(handle)
+            header = next(reader, None)
+            if not header:
+                raise DataError(f"{path} is empty: a header row is required.")
+            header = [h.strip() for h in header]
+            if label_key not in header:
+                raise DataError(
+                    f"{path} has no label column {label_key!r} (columns: "
+                    f"{', '.join(header[:8])}{'...' if len(header) > 8 else ''}). Add it, or "
+                    "name the label column with --label-key."
+                )
+            if columns is None:
+                columns = header
+            elif header != columns:
+                raise DataError(
+                    f"{path} has different columns from {files[0]}; all CSV files "
+                    "must share one header."
+                )
+            label_index = header.index(label_key)
+            for line_no, row in enumerate(reader, start=2):
+                if not row:
+                    continue
+                if len(row) != len(header):
+                    raise DataError(
+                        f"{path}, line {line_no}: {len(row)} values for {len(header)} columns."
+                    )
+                for name, value in zip(header, row):
+                    try:
+                        number = float(value)
+                    except ValueError:
+                        raise DataError(
+                            f"{path}, line {line_no}, column {name!r}: {value!r} is not a "
+                            "number. Every feature and the label must be numeric."
+                        ) from None
+                    if not math.isfinite(number):
+                        raise DataError(
+                            f"{path}, line {line_no}, column {name!r}: {value!r} "
+                            "is not a finite number."
+                        )
+                label = float(row[label_index])
+                if label < 0 or label != int(label):
+                    raise DataError(
+                        f"{path}, line {line_no}: label {row[label_index]!r} must be "
+                        "a class index (integer >= 0)."
+                    )
+                max_label = max(max_label, int(label))
+                rows += 1
+    if rows == 0:
+        raise DataError(f"The CSV files in {data_root!r} have a header but no data rows.")
+    if max_label < 1:
+        raise DataError("The label column has a single class; classification needs at least 2.")
+    if len(columns) < 2:
+        raise DataError("The CSV has no feature column besides the label.")
+    return CsvSummary(tuple(str(f) for f in files), tuple(columns), rows, max_label + 1)

@@ -1,0 +1,145 @@
+"""The TFX pipeline: CsvExampleGen through Pusher, shared by the local and Kubeflow runners.
+
+The Tuner and Trainer code is referenced by dotted path (``tuner_fn=``, ``run_fn=``), not
+``module_file``, so it ships inside the installed package (and the container image) and a
+Kubeflow compile needs no upload. There is no Resolver node (self-hosted Kubeflow
+Pipelines cannot run one): the Evaluator gates on an absolute accuracy threshold.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+os.environ.setdefault("TF_USE_LEGACY_KERAS", "0")  # Keras 3 everywhere (see README)
+
+import tensorflow_model_analysis as tfma  # noqa: E402
+from tfx import v1 as tfx  # noqa: E402
+from tfx.proto import example_gen_pb2  # noqa: E402
+
+from components.export import OUTPUT_KEY, SERVING_SIGNATURE  # noqa: E402
+from components.search_space import SearchSpace  # noqa: E402
+from pipeline import config  # noqa: E402
+
+TUNER_FN = "components.tuner.tuner_fn"
+RUN_FN = "components.trainer.run_fn"
+
+
+def eval_config(label_key: str, accuracy_threshold: float) -> tfma.EvalConfig:
+    """Accuracy on the eval split must reach ``accuracy_threshold`` to bless the model."""
+    return tfma.EvalConfig(
+        model_specs=[
+            tfma.ModelSpec(
+                label_key=label_key, signature_name=SERVING_SIGNATURE, prediction_key=OUTPUT_KEY
+            )
+        ],
+        slicing_specs=[tfma.SlicingSpec()],
+        metrics_specs=[
+            tfma.MetricsSpec(
+                metrics=[
+                    tfma.MetricConfig(
+                        class_name="SparseCategoricalAccuracy",
+                        threshold=tfma.MetricThreshold(
+                            value_threshold=tfma.GenericValueThreshold(
+                                lower_bound={"value": accuracy_threshold}
+                            )
+                        ),
+                    ),
+                    tfma.MetricConfig(class_name="ExampleCount"),
+                ]
+            )
+        ],
+    )
+
+
+def create_pipeline(
+    pipeline_name: str,
+    pipeline_root: str,
+    data_root: str,
+    serving_model_dir: str,
+    *,
+    search_space: SearchSpace | None = None,
+    tune: bool = True,
+    fixed_hyperparameters: dict[str, Any] | None = None,
+    model: str = config.DEFAULT_MODEL,
+    num_classes: int = 10,
+    label_key: str = config.LABEL_KEY,
+    train_steps: int = config.TRAIN_STEPS,
+    eval_steps: int = config.EVAL_STEPS,
+    accuracy_threshold: float = config.ACCURACY_THRESHOLD,
+    metadata_path: str | None = None,
+    beam_pipeline_args: Sequence[str] = config.BEAM_PIPELINE_ARGS,
+    enable_cache: bool = True,
+) -> tfx.dsl.Pipeline:
+    """Builds the pipeline. ``metadata_path=None`` leaves ML Metadata to the orchestrator."""
+    search_space = search_space or SearchSpace()
+    custom_config = {"model": model, "num_classes": num_classes, "label_key": label_key}
+
+    example_gen = tfx.components.CsvExampleGen(
+        input_base=data_root,
+        input_config=example_gen_pb2.Input(
+            splits=[example_gen_pb2.Input.Split(name="single_split", pattern="*.csv")]
+        ),
+    )
+    statistics_gen = tfx.components.StatisticsGen(examples=example_gen.outputs["examples"])
+    schema_gen = tfx.components.SchemaGen(
+        statistics=statistics_gen.outputs["statistics"], infer_feature_shape=True
+    )
+    example_validator = tfx.components.ExampleValidator(
+        statistics=statistics_gen.outputs["statistics"], schema=schema_gen.outputs["schema"]
+    )
+    components: list[Any] = [example_gen, statistics_gen, schema_gen, example_validator]
+
+    hyperparameters = None
+    if tune:
+        tuner = tfx.components.Tuner(
+            tuner_fn=TUNER_FN,
+            examples=example_gen.outputs["examples"],
+            schema=schema_gen.outputs["schema"],
+            train_args=tfx.proto.TrainArgs(num_steps=train_steps),
+            eval_args=tfx.proto.EvalArgs(num_steps=eval_steps),
+            custom_config={**custom_config, "search_space": search_space.to_config()},
+        )
+        hyperparameters = tuner.outputs["best_hyperparameters"]
+        components.append(tuner)
+    else:
+        custom_config["hyperparameters"] = dict(
+            fixed_hyperparameters or config.FIXED_HYPERPARAMETERS
+        )
+
+    trainer = tfx.components.Trainer(
+        run_fn=RUN_FN,
+        examples=example_gen.outputs["examples"],
+        schema=schema_gen.outputs["schema"],
+        hyperparameters=hyperparameters,
+        train_args=tfx.proto.TrainArgs(num_steps=train_steps),
+        eval_args=tfx.proto.EvalArgs(num_steps=eval_steps),
+        custom_config=custom_config,
+    )
+    evaluator = tfx.components.Evaluator(
+        examples=example_gen.outputs["examples"],
+        model=trainer.outputs["model"],
+        eval_config=eval_config(label_key, accuracy_threshold),
+    )
+    pusher = tfx.components.Pusher(
+        model=trainer.outputs["model"],
+        model_blessing=evaluator.outputs["blessing"],
+        push_destination=tfx.proto.PushDestination(
+            filesystem=tfx.proto.PushDestination.Filesystem(base_directory=serving_model_dir)
+        ),
+    )
+    components += [trainer, evaluator, pusher]
+
+    return tfx.dsl.Pipeline(
+        pipeline_name=pipeline_name,
+        pipeline_root=pipeline_root,
+        components=components,
+        enable_cache=enable_cache,
+        metadata_connection_config=(
+            tfx.orchestration.metadata.sqlite_metadata_connection_config(metadata_path)
+            if metadata_path
+            else None
+        ),
+        beam_pipeline_args=list(beam_pipeline_args),
+    )

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Creates (or reuses) the Python 3.10 virtual environment in .venv and installs tfx-accum
+# with its verified, pinned dependencies (constraints.txt). Safe to run repeatedly: it
+# reinstalls only when pyproject.toml or constraints.txt changed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+find_python310() {
+  local candidate
+  for candidate in "${PYTHON:-}" python3.10 "$(pyenv root 2>/dev/null)"/versions/3.10*/bin/python3.10 \
+                   /usr/bin/python3.10 /usr/local/bin/python3.10; do
+    [ -n "$candidate" ] || continue
+    if "$candidate" -c 'import sys; assert sys.version_info[:2] == (3, 10)' >/dev/null 2>&1; then
+      echo "$candidate"; return 0
+    fi
+  done
+  return 1
+}
+
+VENV=.venv
+STAMP="$VENV/.tfx-accum-installed"
+WANT=$(cat pyproject.toml constraints.txt | sha256sum | cut -d' ' -f1)
+if [ -x "$VENV/bin/python" ] && [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT" ]; then
+  exit 0
+fi
+PY=$(find_python310) || {
+  echo "error: Python 3.10 not found. TFX 1.16 needs Python 3.10; install it (e.g. 'pyenv install 3.10')" \
+       "or point PYTHON=/path/to/python3.10." >&2
+  exit 1
+}
+echo "[setup] creating $VENV with $PY and installing tfx-accum (a few minutes the first time) ..."
+[ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
+"$VENV/bin/python" -m pip install -q --upgrade pip
+"$VENV/bin/python" -m pip install -q -c constraints.txt -e ".[test]"
+echo "$WANT" > "$STAMP"
+echo "[setup] done."
