@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-PIPELINE_NAME = "tfx_accum"
+PIPELINE_NAME = "tfx-accum"  # KFP requires [a-z0-9][a-z0-9-]*
 DEFAULT_OUTPUT_DIR = "tfx_accum_output"
 LABEL_KEY = "label"
 DEFAULT_MODEL = "cnn"

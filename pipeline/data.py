@@ -14,10 +14,12 @@ import os
 import tempfile
 from pathlib import Path
 
+from pipeline.errors import InputError
+
 DIGITS_FILE = "digits.csv"
 
 
-class DataError(ValueError):
+class DataError(InputError):
     """The input data cannot be used; the message says what is wrong and how to fix it."""
 
 

@@ -8,19 +8,16 @@ Pipelines cannot run one): the Evaluator gates on an absolute accuracy threshold
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from typing import Any
 
-os.environ.setdefault("TF_USE_LEGACY_KERAS", "0")  # Keras 3 everywhere (see README)
+import tensorflow_model_analysis as tfma
+from tfx import v1 as tfx
+from tfx.proto import example_gen_pb2
 
-import tensorflow_model_analysis as tfma  # noqa: E402
-from tfx import v1 as tfx  # noqa: E402
-from tfx.proto import example_gen_pb2  # noqa: E402
-
-from components.export import OUTPUT_KEY, SERVING_SIGNATURE  # noqa: E402
-from components.search_space import SearchSpace  # noqa: E402
-from pipeline import config  # noqa: E402
+from components.export import OUTPUT_KEY, SERVING_SIGNATURE
+from components.search_space import SearchSpace
+from pipeline import config
 
 TUNER_FN = "components.tuner.tuner_fn"
 RUN_FN = "components.trainer.run_fn"

@@ -4,7 +4,6 @@ from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # Keras 3 everywhere: tensorflow_transform would otherwise switch tf.keras to Keras 2.
-os.environ.setdefault("TF_USE_LEGACY_KERAS", "0")
 
 ROOT = Path(__file__).resolve().parents[1]
 for path in (ROOT, ROOT / "tests"):

@@ -1,0 +1,396 @@
+"""Compiles the pipeline for Kubeflow Pipelines (self-hosted, KFP v2) or Vertex AI Pipelines.
+
+The pipeline is the same ``create_pipeline`` as the local run. For self-hosted KFP the
+output is what its backend accepts: a schema 2.1.0 pipeline spec in YAML, followed by a
+second YAML document with the Kubernetes platform spec (node selectors and tolerations,
+which TFX never emits). ``--target vertex`` writes the JSON ``PipelineJob`` with Vertex
+accelerator names instead.
+
+Node-pool profiles come from ``kubeflow/node_pools.yaml`` (plus ``--profiles FILE``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import re
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from components.search_space import SearchSpace
+from pipeline import config
+from pipeline.errors import InputError
+
+PROFILES_FILE = Path(__file__).resolve().parents[1] / "kubeflow" / "node_pools.yaml"
+TARGETS = ("kfp", "vertex")
+ACCELERATED_COMPONENTS = ("Tuner", "Trainer")
+RESOURCE_NAMES = {"gpu": "nvidia.com/gpu", "tpu": "google.com/tpu"}
+GKE_LABELS = {
+    "gpu": "cloud.google.com/gke-accelerator",
+    "tpu": "cloud.google.com/gke-tpu-accelerator",
+}
+TPU_TOPOLOGY_LABEL = "cloud.google.com/gke-tpu-topology"
+# Modest resources for the data components (ExampleGen, StatisticsGen, ...).
+DEFAULT_CPU, DEFAULT_MEMORY = 2.0, "8G"
+_MEMORY = re.compile(r"^(\d+(?:\.\d+)?)([GM])i?$")
+_URI = re.compile(r"^(gs|s3|minio|hdfs|abfs|az)://[A-Za-z0-9][^/\s]*(/\S*)?$")
+_IMAGE = re.compile(r"^[a-z0-9]+(?:[._/:@-][A-Za-z0-9_.-]+)*$")
+
+
+class ProfileError(InputError):
+    """A node-pool profile is unknown or malformed."""
+
+
+@dataclasses.dataclass(frozen=True)
+class NodePool:
+    name: str
+    kind: str
+    count: int
+    gke_label: str
+    cpu: float
+    memory: str
+    topology: str | None = None
+    vertex_type: str | None = None
+    description: str = ""
+
+    @property
+    def resource_name(self) -> str:
+        return RESOURCE_NAMES[self.kind]
+
+    @property
+    def memory_gb(self) -> float:
+        value, unit = _MEMORY.match(self.memory).groups()
+        return float(value) / (1024.0 if unit == "M" else 1.0)
+
+    def node_selector(self) -> dict[str, str]:
+        labels = {GKE_LABELS[self.kind]: self.gke_label}
+        if self.topology:
+            labels[TPU_TOPOLOGY_LABEL] = self.topology
+        return labels
+
+    def tolerations(self) -> list[dict[str, str]]:
+        return [
+            {
+                "key": self.resource_name,
+                "operator": "Equal",
+                "value": "present",
+                "effect": "NoSchedule",
+            }
+        ]
+
+
+def _profile(name: str, raw: Any, known: list[str]) -> NodePool:
+    def bad(problem: str) -> ProfileError:
+        return ProfileError(
+            f"Node-pool profile {name!r} is malformed: {problem}. "
+            f"Known profiles: {', '.join(known)}."
+        )
+
+    if not isinstance(raw, dict):
+        raise bad("it must be a mapping with accelerator, cpu and memory")
+    accel = raw.get("accelerator")
+    if not isinstance(accel, dict):
+        raise bad("`accelerator` must be a mapping with kind, count and gke_label")
+    kind = accel.get("kind")
+    if kind not in RESOURCE_NAMES:
+        raise bad(f"`accelerator.kind` must be gpu or tpu, got {kind!r}")
+    count = accel.get("count")
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise bad(f"`accelerator.count` must be an integer >= 1, got {count!r}")
+    label = accel.get("gke_label")
+    if not isinstance(label, str) or not label:
+        raise bad("`accelerator.gke_label` must be a GKE accelerator label such as nvidia-l4")
+    topology = accel.get("topology")
+    if kind == "tpu" and not (
+        isinstance(topology, str) and re.match(r"^\d+x\d+(x\d+)?$", topology)
+    ):
+        raise bad(f"TPU profiles need `accelerator.topology` such as 2x2, got {topology!r}")
+    cpu = raw.get("cpu")
+    if isinstance(cpu, bool) or not isinstance(cpu, int | float) or cpu <= 0:
+        raise bad(f"`cpu` must be a positive number, got {cpu!r}")
+    memory = raw.get("memory")
+    if not isinstance(memory, str) or not _MEMORY.match(memory):
+        raise bad(f"`memory` must be a quantity such as 28G or 512M, got {memory!r}")
+    vertex = accel.get("vertex_type")
+    if vertex is not None and not (isinstance(vertex, str) and re.match(r"^[A-Z0-9_]+$", vertex)):
+        raise bad(
+            f"`accelerator.vertex_type` must be a Vertex enum such as NVIDIA_L4, got {vertex!r}"
+        )
+    unknown = sorted(set(raw) - {"description", "accelerator", "cpu", "memory"}) + sorted(
+        set(accel) - {"kind", "count", "gke_label", "topology", "vertex_type"}
+    )
+    if unknown:
+        raise bad(f"unknown fields {unknown}")
+    return NodePool(
+        name,
+        kind,
+        count,
+        label,
+        float(cpu),
+        memory,
+        topology if kind == "tpu" else None,
+        vertex,
+        str(raw.get("description", "")),
+    )
+
+
+def _read_profiles_file(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        raise ProfileError(f"Profiles file {str(path)!r} does not exist.")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as error:
+        raise ProfileError(f"Profiles file {str(path)!r} is not valid YAML: {error}") from None
+    if not isinstance(data, dict):
+        raise ProfileError(f"Profiles file {str(path)!r} must map profile names to profiles.")
+    return data
+
+
+def load_profiles(extra_file: str | Path | None = None) -> dict[str, NodePool]:
+    """The built-in profiles plus (overriding) those of ``extra_file``, all validated."""
+    raw = _read_profiles_file(PROFILES_FILE)
+    if extra_file is not None:
+        raw.update(_read_profiles_file(Path(extra_file)))
+    known = sorted(raw)
+    return {name: _profile(name, value, known) for name, value in raw.items()}
+
+
+def get_profile(name: str, extra_file: str | Path | None = None) -> NodePool:
+    profiles = load_profiles(extra_file)
+    if name not in profiles:
+        raise ProfileError(
+            f"Unknown node pool {name!r}. Known profiles: "
+            f"{', '.join(sorted(profiles))}. Add your own with --profiles FILE."
+        )
+    return profiles[name]
+
+
+def check_uri(name: str, value: str, target: str) -> str:
+    """A remote URI (or, for self-hosted KFP, an absolute path on a shared volume)."""
+    if target == "vertex" and not value.startswith("gs://"):
+        raise InputError(f"{name} must be a gs:// URI for Vertex AI, got {value!r}.")
+    if _URI.match(value) or (target == "kfp" and value.startswith("/") and "//" not in value):
+        return value.rstrip("/")
+    raise InputError(
+        f"{name} {value!r} is not a usable URI: give a bucket URI such as "
+        "gs://BUCKET/path (or s3://, minio://), which every pod can reach."
+    )
+
+
+def _resource_spec(cpu: float, memory_gb: float, pool: NodePool | None, target: str):
+    from kfp.pipeline_spec import pipeline_spec_pb2
+
+    spec = pipeline_spec_pb2.PipelineDeploymentConfig.PipelineContainerSpec.ResourceSpec(
+        cpu_limit=cpu, memory_limit=memory_gb
+    )
+    if pool is not None:
+        accelerator_type = pool.resource_name if target == "kfp" else pool.vertex_type
+        if not accelerator_type:
+            raise ProfileError(
+                f"Node-pool profile {pool.name!r} has no "
+                "`accelerator.vertex_type`, which --target vertex needs."
+            )
+        spec.accelerator.type = accelerator_type
+        spec.accelerator.count = pool.count
+    return spec
+
+
+def _add_new_resource_fields(pipeline_spec: dict[str, Any]) -> None:
+    """Adds the newer string resource fields beside the deprecated ones, as the KFP SDK does.
+
+    TFX 1.16 builds with an older pipeline-spec proto that has only the deprecated fields.
+    """
+    for executor in pipeline_spec.get("deploymentSpec", {}).get("executors", {}).values():
+        resources = executor.get("container", {}).get("resources")
+        if not resources:
+            continue
+        if "cpuLimit" in resources:
+            resources["resourceCpuLimit"] = f"{resources['cpuLimit']:g}"
+        if "memoryLimit" in resources:
+            resources["resourceMemoryLimit"] = f"{resources['memoryLimit']:g}G"
+        accelerator = resources.get("accelerator")
+        if accelerator:
+            accelerator["resourceType"] = accelerator["type"]
+            accelerator["resourceCount"] = str(accelerator["count"])
+
+
+def _platform_spec(pool: NodePool, labels: list[str]) -> dict[str, Any]:
+    executors = {
+        label: {"nodeSelector": {"labels": pool.node_selector()}, "tolerations": pool.tolerations()}
+        for label in labels
+    }
+    return {"platforms": {"kubernetes": {"deploymentSpec": {"executors": executors}}}}
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+
+
+def compile_pipeline(
+    *,
+    node_pool: str,
+    output: str,
+    image: str,
+    pipeline_root: str,
+    data_root: str,
+    search_space: SearchSpace,
+    target: str = "kfp",
+    profiles_file: str | None = None,
+    tune: bool = True,
+    model: str = config.DEFAULT_MODEL,
+    num_classes: int = 10,
+    label_key: str = config.LABEL_KEY,
+    train_steps: int = config.TRAIN_STEPS,
+    accuracy_threshold: float = config.ACCURACY_THRESHOLD,
+) -> Path:
+    """Validates everything, compiles, and writes ``output`` atomically; returns its path."""
+    if target not in TARGETS:
+        raise InputError(f"--target must be one of {TARGETS}, got {target!r}.")
+    pool = get_profile(node_pool, profiles_file)
+    if target == "vertex" and not pool.vertex_type:
+        raise ProfileError(
+            f"Node-pool profile {pool.name!r} has no `accelerator.vertex_type`, "
+            "which --target vertex needs."
+        )
+    if not image or not _IMAGE.match(image):
+        raise InputError(
+            f"--image {image!r} is not a container image reference such as "
+            "REGISTRY/PROJECT/tfx-accum:0.1.0."
+        )
+    pipeline_root = check_uri("--pipeline-root", pipeline_root, target)
+    data_root = check_uri("--data-root", data_root, target)
+    output_path = Path(output)
+    suffix = ".yaml" if target == "kfp" else ".json"
+    if output_path.suffix not in ((".yaml", ".yml") if target == "kfp" else (".json",)):
+        raise InputError(f"--output must end in {suffix} for --target {target}, got {output!r}.")
+
+    from tfx import v1 as tfx
+
+    from pipeline.pipeline import create_pipeline
+
+    pipeline = create_pipeline(
+        pipeline_name=config.PIPELINE_NAME,
+        pipeline_root=pipeline_root,
+        data_root=data_root,
+        serving_model_dir=f"{pipeline_root}/serving_model",
+        search_space=search_space,
+        tune=tune,
+        model=model,
+        num_classes=num_classes,
+        label_key=label_key,
+        train_steps=train_steps,
+        accuracy_threshold=accuracy_threshold,
+        metadata_path=None,
+    )
+    accelerated = []
+    for component in pipeline.components:
+        is_accelerated = component.id in ACCELERATED_COMPONENTS
+        spec = (
+            _resource_spec(pool.cpu, pool.memory_gb, pool, target)
+            if is_accelerated
+            else _resource_spec(DEFAULT_CPU, float(DEFAULT_MEMORY[:-1]), None, target)
+        )
+        component.with_platform_config(spec)
+        if is_accelerated:
+            accelerated.append(f"{component.id}_executor")
+
+    runner = tfx.orchestration.experimental.KubeflowV2DagRunner(
+        config=tfx.orchestration.experimental.KubeflowV2DagRunnerConfig(
+            default_image=image, use_pipeline_spec_2_1=(target == "kfp")
+        ),
+        output_dir=tempfile.gettempdir(),
+        output_filename=f"unused{suffix}",
+    )
+    job = runner.run(pipeline, write_out=False)
+    pipeline_spec = job["pipelineSpec"]
+    _add_new_resource_fields(pipeline_spec)
+    if target == "kfp":
+        header = (
+            f"# tfx-accum pipeline for Kubeflow Pipelines, node pool {pool.name!r} "
+            f"({pool.description}).\n# Document 1: pipeline spec (schema "
+            f"{pipeline_spec.get('schemaVersion')}); document 2: Kubernetes platform "
+            "spec.\n"
+        )
+        text = header + yaml.safe_dump_all(
+            [pipeline_spec, _platform_spec(pool, accelerated)], sort_keys=True
+        )
+    else:
+        text = json.dumps(job, indent=2, sort_keys=True)
+    _atomic_write(output_path, text)
+    return output_path
+
+
+def add_compile_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--node-pool",
+        required=True,
+        help="node-pool profile for Tuner and Trainer (see "
+        "kubeflow/node_pools.yaml: gpu, tpu, t4, a100x4, h100x8, ...)",
+    )
+    parser.add_argument(
+        "--output", required=True, help="file to write: .yaml for KFP, .json for Vertex"
+    )
+    parser.add_argument(
+        "--image", required=True, help="container image built from kubeflow/Dockerfile"
+    )
+    parser.add_argument(
+        "--pipeline-root",
+        required=True,
+        help="remote URI for artifacts, e.g. gs://BUCKET/tfx-accum",
+    )
+    parser.add_argument(
+        "--data-root",
+        required=True,
+        help="remote URI of the CSV directory, e.g. gs://BUCKET/data/digits",
+    )
+    parser.add_argument(
+        "--target",
+        choices=TARGETS,
+        default="kfp",
+        help="kfp: self-hosted Kubeflow Pipelines (YAML, default); "
+        "vertex: Vertex AI Pipelines (JSON PipelineJob)",
+    )
+    parser.add_argument(
+        "--profiles", default=None, help="extra YAML file of node-pool profiles (same shape)"
+    )
+    parser.add_argument(
+        "--num-classes",
+        type=int,
+        default=10,
+        help="number of classes in the label column (default %(default)s)",
+    )
+
+
+def compile_from_args(args: argparse.Namespace, search_space: SearchSpace) -> int:
+    path = compile_pipeline(
+        node_pool=args.node_pool,
+        output=args.output,
+        image=args.image,
+        pipeline_root=args.pipeline_root,
+        data_root=args.data_root,
+        search_space=search_space,
+        target=args.target,
+        profiles_file=args.profiles,
+        tune=not args.no_tune,
+        model=args.model,
+        num_classes=args.num_classes,
+        label_key=args.label_key,
+        train_steps=args.train_steps,
+        accuracy_threshold=args.accuracy_threshold,
+    )
+    print(f"[compile] wrote {path} for {args.target} (node pool {args.node_pool})")
+    return 0
