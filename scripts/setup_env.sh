@@ -19,7 +19,7 @@ find_python310() {
 
 VENV=.venv
 STAMP="$VENV/.tfx-accum-installed"
-WANT=$(cat pyproject.toml constraints.txt | sha256sum | cut -d' ' -f1)
+WANT=$(cat pyproject.toml constraints.txt kubeflow/validate-requirements.txt | sha256sum | cut -d' ' -f1)
 if [ -x "$VENV/bin/python" ] && [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT" ]; then
   exit 0
 fi
@@ -32,5 +32,10 @@ echo "[setup] creating $VENV with $PY and installing tfx-accum (a few minutes th
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
 "$VENV/bin/python" -m pip install -q --upgrade pip
 "$VENV/bin/python" -m pip install -q -c constraints.txt -e ".[test]"
+# Current KFP protos for strict validation of compiled pipelines (kubeflow/validate_spec.py),
+# in a directory of their own: they need protobuf 6, TFX 1.16 needs protobuf 3.20.
+rm -rf "$VENV/kfp-spec"
+"$VENV/bin/python" -m pip install -q --no-deps --target "$VENV/kfp-spec" \
+  -r kubeflow/validate-requirements.txt
 echo "$WANT" > "$STAMP"
 echo "[setup] done."

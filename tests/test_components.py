@@ -1,0 +1,191 @@
+"""Unit tests: search space, strategy and batch arithmetic, Tuner failures, data checks."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from components.data import Splits
+from components.search_space import SearchSpace
+from components.strategy import replica_plan, strategy_kind
+from components.trainer import epoch_plan
+from components.tuner import AccumulationHyperModel, make_tuner
+from pipeline.data import DataError, digits_csv_text, validate_csv_dir, write_embedded_digits
+
+
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        (dict(steps_choices=(0, 2)), "steps_choices.*positive"),
+        (dict(micro_batch_choices=()), "micro_batch_choices.*non-empty"),
+        (dict(micro_batch_choices=(8, -1)), "micro_batch_choices"),
+        (dict(learning_rate_min=0.1, learning_rate_max=0.01), "range is empty"),
+        (dict(learning_rate_min=0.0), "learning_rate_min.*positive"),
+        (dict(algorithm="grid"), "algorithm.*bayesian"),
+        (dict(max_trials=0), "max_trials"),
+        (
+            dict(max_effective_batch=4, steps_choices=(2,), micro_batch_choices=(8,)),
+            "No combination fits",
+        ),
+    ],
+)
+def test_search_space_rejects_nonsense(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        SearchSpace(**kwargs)
+
+
+def test_search_space_round_trips_through_custom_config():
+    space = SearchSpace(steps_choices=(4, 1, 2), micro_batch_choices=(16,), max_trials=3)
+    assert space.steps_choices == (1, 2, 4)
+    assert SearchSpace.from_config(space.to_config()) == space
+    with pytest.raises(ValueError, match="Unknown search-space settings"):
+        SearchSpace.from_config({"batch": 3})
+
+
+@pytest.mark.parametrize(
+    "gpus,tpu,kind",
+    [
+        (0, False, "default"),
+        (1, False, "default"),
+        (2, False, "mirrored"),
+        (8, False, "mirrored"),
+        (0, True, "tpu"),
+        (4, True, "tpu"),
+    ],
+)
+def test_strategy_kind_follows_devices(gpus, tpu, kind):
+    assert strategy_kind(gpus, tpu) == kind
+
+
+@pytest.mark.parametrize(
+    "steps,micro,replicas,per_replica_steps,global_batch",
+    [
+        (4, 32, 1, 4, 128),
+        (4, 32, 2, 2, 128),
+        (4, 32, 4, 1, 128),
+        (8, 16, 8, 1, 128),
+        (4, 32, 3, 2, 192),
+        (1, 64, 4, 1, 256),
+    ],
+)
+def test_replica_plan_arithmetic(steps, micro, replicas, per_replica_steps, global_batch):
+    plan = replica_plan(steps, micro, replicas)
+    assert plan.steps_per_replica == per_replica_steps
+    assert plan.per_replica_batch == per_replica_steps * micro
+    assert plan.global_batch == global_batch
+    with pytest.raises(ValueError, match="replicas"):
+        replica_plan(steps, micro, 0)
+
+
+def test_epoch_plan_counts_exactly_train_steps():
+    assert epoch_plan(300, 37) == [37] * 8 + [4]
+    assert sum(epoch_plan(301, 1000)) == 301
+    with pytest.raises(ValueError):
+        epoch_plan(0, 10)
+
+
+def _tiny_splits() -> Splits:
+    rng = np.random.default_rng(0)
+    keys = ["f0", "f1", "f2", "f3"]
+    x = rng.normal(size=(96, 4)).astype("float32")
+    y = (x[:, 0] > 0).astype("int64")
+    features = {k: x[:, i : i + 1] for i, k in enumerate(keys)}
+    ds = tf.data.Dataset.from_tensor_slices((features, y))
+    return Splits(ds, ds, keys, 96, np.zeros(4), np.ones(4))
+
+
+class _OutOfMemoryAbove32(AccumulationHyperModel):
+    """Simulates a device where micro-batches above 32 do not fit."""
+
+    def build(self, hp):
+        model = super().build(hp)
+        if hp.get("micro_batch_size") > 32:
+
+            def fit(*args, **kwargs):
+                raise tf.errors.ResourceExhaustedError(None, None, "OOM when allocating tensor")
+
+            model.fit = fit
+        return model
+
+
+def _search(tmp_path, micro_choices, trials):
+    space = SearchSpace(
+        steps_choices=(1, 2),
+        micro_batch_choices=micro_choices,
+        algorithm="random",
+        max_trials=trials,
+        tuning_epochs=1,
+    )
+    hypermodel = _OutOfMemoryAbove32(space, _tiny_splits(), "mlp", 2)
+    tuner = make_tuner(space, hypermodel, str(tmp_path))
+    tuner.search(epochs=1)
+    return tuner
+
+
+def test_out_of_memory_trials_are_failed_and_the_search_goes_on(tmp_path, capsys):
+    tuner = _search(tmp_path, (8, 64), trials=6)
+    trials = list(tuner.oracle.trials.values())
+    failed = [t for t in trials if t.status == "FAILED"]
+    done = [t for t in trials if t.status == "COMPLETED"]
+    assert failed and done
+    assert all(t.hyperparameters.get("micro_batch_size") == 64 for t in failed)
+    assert all(t.hyperparameters.get("micro_batch_size") == 8 for t in done)
+    assert "out of memory with micro-batch 64" in failed[0].message
+    best = tuner.get_best_hyperparameters()[0].values
+    assert set(best) == {"gradient_accumulation_steps", "micro_batch_size", "learning_rate"}
+    out = capsys.readouterr().out
+    assert "[tuner] trial" in out and "[FAILED]" in out and "[COMPLETED]" in out
+
+
+def test_search_fails_only_when_every_trial_fails(tmp_path):
+    with pytest.raises(RuntimeError, match="All 2 tuning trials failed"):
+        _search(tmp_path, (64,), trials=2)
+
+
+def test_max_effective_batch_skips_combinations(tmp_path):
+    space = SearchSpace(
+        steps_choices=(1, 4),
+        micro_batch_choices=(16,),
+        algorithm="random",
+        max_trials=4,
+        tuning_epochs=1,
+        max_effective_batch=32,
+    )
+    tuner = make_tuner(
+        space, AccumulationHyperModel(space, _tiny_splits(), "mlp", 2), str(tmp_path)
+    )
+    tuner.search(epochs=1)
+    for trial in tuner.oracle.trials.values():
+        big = trial.hyperparameters.get("gradient_accumulation_steps") == 4
+        assert (trial.status == "FAILED") == big
+        if big:
+            assert "exceeds max_effective_batch=32" in trial.message
+
+
+def test_embedded_digits_are_real_and_written_once(tmp_path):
+    directory = write_embedded_digits(tmp_path)
+    target = directory / "digits.csv"
+    mtime = target.stat().st_mtime_ns
+    summary = validate_csv_dir(str(directory), "label")
+    assert summary.rows == 1797 and summary.num_classes == 10 and len(summary.columns) == 65
+    write_embedded_digits(tmp_path)
+    assert target.stat().st_mtime_ns == mtime  # unchanged file keeps the TFX cache valid
+    assert target.read_text() == digits_csv_text()
+
+
+@pytest.mark.parametrize(
+    "text,message",
+    [
+        ("", "is empty"),
+        ("a,label\n1,0\n2\n", "line 3: 1 values for 2 columns"),
+        ("a,label\n1,0.5\n", "class index"),
+        ("a,label\n1,0\n2,0\n", "single class"),
+        ("a,label\n", "no data rows"),
+        ("a,label\nnan,1\n1,0\n", "not a finite number"),
+    ],
+)
+def test_csv_validation_messages(tmp_path, text, message):
+    (tmp_path / "d.csv").write_text(text)
+    with pytest.raises(DataError, match=message):
+        validate_csv_dir(str(tmp_path), "label")

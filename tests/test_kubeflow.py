@@ -1,0 +1,214 @@
+"""Kubeflow compile: strict proto validation, accelerators, node pools, errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from components.search_space import SearchSpace
+from pipeline import InputError
+from pipeline.cli import main
+from pipeline.kubeflow import compile_pipeline, get_profile, load_profiles
+
+ROOT = Path(__file__).resolve().parents[1]
+SPEC_DIR = ROOT / ".venv" / "kfp-spec"
+IMAGE = "europe-docker.pkg.dev/proj/repo/tfx-accum:0.1.0"
+TFX_ENTRYPOINT = "tfx.orchestration.kubeflow.v2.container.kubeflow_v2_run_executor"
+ARGS = dict(
+    image=IMAGE,
+    pipeline_root="gs://bucket/tfx-accum",
+    data_root="gs://bucket/digits",
+    search_space=SearchSpace(max_trials=3),
+)
+
+
+def validate(path: Path) -> dict:
+    """Strict parse with KFP's current protos, in their own isolated interpreter."""
+    if not SPEC_DIR.is_dir():
+        pytest.fail(f"{SPEC_DIR} is missing: run scripts/setup_env.sh")
+    proc = subprocess.run(
+        [sys.executable, "-S", str(ROOT / "kubeflow" / "validate_spec.py"), str(path)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(SPEC_DIR)},
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory):
+    out = tmp_path_factory.mktemp("kfp")
+    files = {}
+    for pool in ("gpu", "tpu"):
+        rc = main(
+            [
+                "compile",
+                "--node-pool",
+                pool,
+                "--output",
+                str(out / f"{pool}.yaml"),
+                "--image",
+                IMAGE,
+                "--pipeline-root",
+                ARGS["pipeline_root"],
+                "--data-root",
+                ARGS["data_root"],
+                "--max-trials",
+                "3",
+            ]
+        )
+        assert rc == 0
+        files[pool] = out / f"{pool}.yaml"
+    files["vertex"] = compile_pipeline(
+        node_pool="gpu", output=str(out / "vertex.json"), target="vertex", **ARGS
+    )
+    return files
+
+
+@pytest.mark.parametrize("pool", ["gpu", "tpu"])
+def test_kfp_yaml_parses_strictly_and_carries_the_node_pool(compiled, pool):
+    summary = validate(compiled[pool])
+    profile = get_profile(pool)
+    assert summary["schema_version"] == "2.1.0"
+    assert summary["format"] == "PipelineSpec YAML + platform spec"
+    # No Resolver node: self-hosted KFP cannot run one.
+    assert not [t for t in summary["tasks"] if "resolver" in t.lower()]
+    assert {"CsvExampleGen", "Tuner", "Trainer", "Evaluator", "Pusher"} <= set(summary["tasks"])
+    for label, executor in summary["executors"].items():
+        assert executor["kind"] == "container", label
+        assert executor["image"] == IMAGE, label
+        assert executor["command"][-1].startswith("tfx.orchestration.kubeflow.v2"), label
+    for name in ("Tuner", "Trainer"):
+        executor = summary["executors"][f"{name}_executor"]
+        assert executor["command"] == ["python", "-m", TFX_ENTRYPOINT]
+        accelerator = executor["resources"]["accelerator"]
+        assert accelerator["type"] == accelerator["resourceType"] == profile.resource_name
+        assert int(accelerator["count"]) == int(accelerator["resourceCount"]) == profile.count
+        assert executor["resources"]["resourceCpuLimit"] == f"{profile.cpu:g}"
+        assert executor["resources"]["resourceMemoryLimit"] == profile.memory
+        platform = summary["platform"][f"{name}_executor"]
+        assert platform["nodeSelector"]["labels"] == profile.node_selector()
+        assert platform["tolerations"] == [
+            {
+                "key": profile.resource_name,
+                "operator": "Equal",
+                "value": "present",
+                "effect": "NoSchedule",
+            }
+        ]
+    # Data components get modest resources and no accelerator or node pool.
+    evaluator = summary["executors"]["Evaluator_executor"]["resources"]
+    assert "accelerator" not in evaluator and evaluator["resourceCpuLimit"] == "2"
+    assert set(summary["platform"]) == {"Tuner_executor", "Trainer_executor"}
+
+
+def test_tpu_profile_selects_topology(compiled):
+    platform = validate(compiled["tpu"])["platform"]["Trainer_executor"]
+    assert platform["nodeSelector"]["labels"] == {
+        "cloud.google.com/gke-tpu-accelerator": "tpu-v5-lite-podslice",
+        "cloud.google.com/gke-tpu-topology": "2x2",
+    }
+
+
+def test_vertex_job_uses_vertex_accelerator_names(compiled):
+    summary = validate(compiled["vertex"])
+    assert summary["format"] == "PipelineJob JSON"
+    trainer = summary["executors"]["Trainer_executor"]["resources"]["accelerator"]
+    assert trainer["type"] == trainer["resourceType"] == "NVIDIA_L4"
+    assert summary["platform"] == {}
+
+
+def test_the_pipeline_references_packaged_code_not_a_module_file(compiled):
+    spec = next(yaml.safe_load_all(compiled["gpu"].read_text()))
+    text = json.dumps(spec)
+    assert "components.trainer.run_fn" in text and "components.tuner.tuner_fn" in text
+    assert "module_file" not in text and "_wheels" not in text
+
+
+def test_shipped_profiles_include_common_shapes():
+    profiles = load_profiles()
+    assert {"gpu", "tpu", "a100x4", "h100x8", "tpu-v5e-2x4"} <= set(profiles)
+    assert profiles["gpu"].kind == "gpu" and profiles["gpu"].gke_label == "nvidia-l4"
+    assert profiles["tpu"].topology == "2x2" and profiles["tpu"].kind == "tpu"
+
+
+def test_user_profiles_are_added(tmp_path):
+    extra = tmp_path / "pools.yaml"
+    extra.write_text(
+        "l4x2:\n  accelerator: {kind: gpu, count: 2, gke_label: nvidia-l4}\n"
+        "  cpu: 16\n  memory: 64G\n"
+    )
+    assert get_profile("l4x2", extra).count == 2
+    assert "gpu" in load_profiles(extra)
+
+
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        (dict(node_pool="v100"), "Unknown node pool 'v100'. Known profiles: a100x4, gpu"),
+        (dict(pipeline_root="bucket/root"), "not a usable URI"),
+        (dict(data_root="gs://"), "not a usable URI"),
+        (dict(image="Not An Image"), "not a container image reference"),
+        (dict(output="pipeline.json"), "must end in .yaml"),
+    ],
+)
+def test_bad_arguments_fail_clearly_and_write_nothing(tmp_path, kwargs, message):
+    args = {**ARGS, "node_pool": "gpu", "output": str(tmp_path / "out.yaml"), **kwargs}
+    if not args["output"].startswith("/"):
+        args["output"] = str(tmp_path / args["output"])
+    with pytest.raises(InputError, match=message):
+        compile_pipeline(**args)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "profile,message",
+    [
+        ("accelerator: {kind: fpga, count: 1, gke_label: x}\ncpu: 1\nmemory: 1G", "gpu or tpu"),
+        ("accelerator: {kind: tpu, count: 4, gke_label: tpu-v5}\ncpu: 1\nmemory: 1G", "topology"),
+        ("accelerator: {kind: gpu, count: 0, gke_label: nvidia-l4}\ncpu: 1\nmemory: 1G", "count"),
+        (
+            "accelerator: {kind: gpu, count: 1, gke_label: nvidia-l4}\ncpu: 1\nmemory: lots",
+            "memory",
+        ),
+    ],
+)
+def test_malformed_profile_lists_known_names(tmp_path, profile, message):
+    extra = tmp_path / "pools.yaml"
+    extra.write_text("broken:\n" + "".join(f"  {line}\n" for line in profile.splitlines()))
+    with pytest.raises(InputError, match=message) as info:
+        compile_pipeline(
+            node_pool="gpu", output=str(tmp_path / "o.yaml"), profiles_file=str(extra), **ARGS
+        )
+    assert "Known profiles: a100x4, broken, gpu" in str(info.value)
+    assert not (tmp_path / "o.yaml").exists()
+
+
+def test_cli_reports_bad_profile_without_traceback(tmp_path, capsys):
+    rc = main(
+        [
+            "compile",
+            "--node-pool",
+            "nope",
+            "--output",
+            str(tmp_path / "x.yaml"),
+            "--image",
+            IMAGE,
+            "--pipeline-root",
+            "gs://b/r",
+            "--data-root",
+            "gs://b/d",
+        ]
+    )
+    assert rc == 2
+    err = capsys.readouterr().err
+    assert "Unknown node pool 'nope'" in err and "gpu" in err
+    assert not (tmp_path / "x.yaml").exists()

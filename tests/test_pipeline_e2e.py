@@ -1,0 +1,191 @@
+"""End to end: the local pipeline on the embedded digits, its cache, and bad inputs."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+ROOT = Path(__file__).resolve().parents[1]
+# A small budget with a search space that trains well quickly: the test is about the
+# pipeline, not about finding good hyperparameters.
+SMALL = [
+    "--max-trials",
+    "2",
+    "--tuning-epochs",
+    "1",
+    "--train-steps",
+    "150",
+    "--steps-choices",
+    "1,2",
+    "--micro-batch-choices",
+    "16,32",
+    "--lr-min",
+    "2e-3",
+    "--lr-max",
+    "1e-2",
+]
+
+
+def run_cli(*args: str, timeout: int = 900) -> tuple[subprocess.CompletedProcess, float]:
+    start = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-m", "pipeline", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+    )
+    return proc, time.monotonic() - start
+
+
+@pytest.fixture(scope="module")
+def first_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("e2e") / "out"
+    proc, seconds = run_cli("--output-dir", str(out), *SMALL)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    return out, proc.stdout, seconds
+
+
+def digits_examples() -> tuple[list[bytes], np.ndarray]:
+    from sklearn.datasets import load_digits
+
+    digits = load_digits()
+    serialized = []
+    for row in digits.data.astype(int):
+        feature = {
+            f"pixel_{i:02d}": tf.train.Feature(int64_list=tf.train.Int64List(value=[v]))
+            for i, v in enumerate(row)
+        }
+        serialized.append(
+            tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
+        )
+    return serialized, digits.target
+
+
+def test_pipeline_pushes_a_blessed_model_that_classifies_digits(first_run):
+    out, stdout, _ = first_run
+    for component in (
+        "CsvExampleGen",
+        "StatisticsGen",
+        "SchemaGen",
+        "ExampleValidator",
+        "Tuner",
+        "Trainer",
+        "Evaluator",
+        "Pusher",
+    ):
+        assert f"[pipeline] {component} done" in stdout, component
+    assert re.search(r"\[tuner\] trial \d+: steps=\d+ micro_batch=\d+", stdout)
+    assert "blessed: yes" in stdout
+    pushed = re.search(r"pushed to: (\S+)", stdout).group(1)
+    assert Path(pushed).is_dir() and Path(pushed).parent == out / "serving_model"
+
+    # The pushed model is a plain SavedModel whose serving_default parses tf.Examples.
+    model = tf.saved_model.load(pushed)
+    serve = model.signatures["serving_default"]
+    serialized, labels = digits_examples()
+    scores = serve(examples=tf.constant(serialized))["scores"].numpy()
+    assert scores.shape == (len(labels), 10)
+    accuracy = float(np.mean(scores.argmax(axis=1) == labels))
+    assert accuracy >= 0.95, accuracy
+
+    # The best-hyperparameters artifact holds all three searched hyperparameters.
+    best_files = list(
+        (out / "pipeline" / "Tuner" / "best_hyperparameters").glob("*/best_hyperparameters.txt")
+    )
+    assert len(best_files) == 1
+    values = json.loads(best_files[0].read_text())["values"]
+    assert values["gradient_accumulation_steps"] in (1, 2)
+    assert values["micro_batch_size"] in (16, 32)
+    assert 2e-3 <= values["learning_rate"] <= 1e-2
+
+    assert (out / "trials.png").stat().st_size > 1000
+    rows = (out / "trials.csv").read_text().strip().splitlines()
+    assert rows[0].startswith(
+        "trial_id,score,gradient_accumulation_steps,micro_batch_size,effective_batch,learning_rate"
+    )
+    assert len(rows) == 3  # header + 2 completed trials
+    # TensorBoard logs of the Trainer run.
+    assert list((out / "pipeline" / "Trainer" / "model_run").rglob("events.out.tfevents*"))
+
+
+def test_second_run_is_served_from_cache(first_run):
+    out, _, first_seconds = first_run
+    proc, seconds = run_cli("--output-dir", str(out), *SMALL)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.count("served from cache") == 8, proc.stdout
+    assert "blessed: yes" in proc.stdout
+    assert seconds < first_seconds / 2, (seconds, first_seconds)
+
+
+def write_csv(directory: Path, text: str) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "data.csv").write_text(text)
+    return directory
+
+
+BAD_INPUTS = {
+    "missing data root": (lambda tmp: ["--data-root", str(tmp / "nope")], "does not exist"),
+    "no csv": (
+        lambda tmp: ["--data-root", str((tmp / "empty").mkdir() or tmp / "empty")],
+        "holds no .csv",
+    ),
+    "no label column": (
+        lambda tmp: ["--data-root", str(write_csv(tmp / "nolabel", "a,b\n1,2\n3,4\n"))],
+        "no label column 'label'",
+    ),
+    "non-numeric pixel": (
+        lambda tmp: ["--data-root", str(write_csv(tmp / "text", "pixel_00,label\n1,0\nabc,1\n"))],
+        "line 3, column 'pixel_00': 'abc'",
+    ),
+    "non-positive choices": (lambda tmp: ["--steps-choices", "0,2"], "positive integers"),
+    "empty lr range": (
+        lambda tmp: ["--lr-min", "0.1", "--lr-max", "0.01"],
+        "learning-rate range is empty",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_INPUTS))
+def test_bad_input_fails_fast_and_leaves_outputs_intact(case, first_run, tmp_path):
+    out, _, _ = first_run
+    before = {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()}
+    make_args, expected = BAD_INPUTS[case]
+    proc, _ = run_cli("--output-dir", str(out), *make_args(tmp_path), timeout=300)
+    assert proc.returncode == 2, proc.stdout + proc.stderr[-2000:]
+    assert expected in proc.stderr, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+    assert "[pipeline]" not in proc.stdout  # no component ran
+    after = {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()}
+    assert after == before
+
+
+def test_beam_orchestrator_without_tuning(tmp_path):
+    out = tmp_path / "beam"
+    proc, _ = run_cli(
+        "--output-dir",
+        str(out),
+        "--orchestrator",
+        "beam",
+        "--no-tune",
+        "--train-steps",
+        "40",
+        "--accuracy-threshold",
+        "0.5",
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    assert "[pipeline] Tuner" not in proc.stdout
+    assert "[pipeline] Trainer done" in proc.stdout
+    assert "tuning: off" in proc.stdout
+    assert "hyperparameters (fixed (tuning off))" in proc.stdout
+    assert list((out / "serving_model").iterdir())
