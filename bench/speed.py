@@ -1,5 +1,9 @@
 """Time per epoch: tfx-accum (k=4, micro 32) vs plain fit at batch 32 vs Keras 3's option.
 
+Two models, each timed in its own process: ``conv``, a small convolutional network on
+32x32x3 inputs where compute (convolutions over activations) dominates; and ``dense``, a
+1.3M-parameter MLP where per-update work (the Adam update, step dispatch) is visible.
+
 Single-threaded TensorFlow, interleaved repetitions and the minimum of each, so that the
 ratios hold on a noisy shared 2-core machine. Run with ``python -m bench.speed``; prints
 JSON on the last line.
@@ -12,11 +16,12 @@ import os
 import sys
 import time
 
-SAMPLES, MICRO, STEPS, REPEATS = 2048, 32, 4, 5
+MICRO, STEPS, REPEATS = 32, 4, 5
+SAMPLES = {"conv": 512, "dense": 2048}
 METHODS = ("tfx_accum", "plain", "keras_option")
 
 
-def main(repeats: int = REPEATS) -> dict:
+def main(model_kind: str = "conv", repeats: int = REPEATS) -> dict:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import tensorflow as tf
 
@@ -28,14 +33,22 @@ def main(repeats: int = REPEATS) -> dict:
     from components import GradientAccumulationModel
 
     rng = np.random.default_rng(0)
-    x = rng.normal(size=(SAMPLES, 256)).astype("float32")
-    y = rng.integers(0, 10, SAMPLES)
+    samples = SAMPLES[model_kind]
+    shape = (32, 32, 3) if model_kind == "conv" else (256,)
+    x = rng.normal(size=(samples, *shape)).astype("float32")
+    y = rng.integers(0, 10, samples)
 
     def build(method):
         keras.utils.set_random_seed(0)
-        inputs = keras.Input((256,))
-        h = keras.layers.Dense(1024, activation="relu")(inputs)
-        h = keras.layers.Dense(1024, activation="relu")(h)
+        inputs = keras.Input(shape)
+        if model_kind == "conv":
+            h = inputs
+            for _ in range(3):
+                h = keras.layers.Conv2D(32, 3, padding="same", activation="relu")(h)
+            h = keras.layers.GlobalAveragePooling2D()(h)
+        else:
+            h = keras.layers.Dense(1024, activation="relu")(inputs)
+            h = keras.layers.Dense(1024, activation="relu")(h)
         outputs = keras.layers.Dense(10)(h)
         if method == "tfx_accum":
             model = GradientAccumulationModel(inputs, outputs, gradient_accumulation_steps=STEPS)
@@ -68,10 +81,12 @@ def main(repeats: int = REPEATS) -> dict:
         "seconds_per_epoch_min": best,
         "ratio_vs_plain_batch32": best["tfx_accum"] / best["plain"],
         "ratio_vs_keras_option": best["tfx_accum"] / best["keras_option"],
-        "samples": SAMPLES,
+        "model": model_kind,
+        "samples": samples,
         "repeats": repeats,
     }
 
 
 if __name__ == "__main__":
-    print(json.dumps(main(int(sys.argv[1]) if len(sys.argv) > 1 else REPEATS)))
+    kind = sys.argv[1] if len(sys.argv) > 1 else "conv"
+    print(json.dumps(main(kind, int(sys.argv[2]) if len(sys.argv) > 2 else REPEATS)))

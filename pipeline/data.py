@@ -10,11 +10,10 @@ from __future__ import annotations
 import csv
 import dataclasses
 import math
-import os
-import tempfile
 from pathlib import Path
 
 from pipeline.errors import InputError
+from pipeline.files import atomic_write_text
 
 DIGITS_FILE = "digits.csv"
 
@@ -46,10 +45,7 @@ def write_embedded_digits(directory: str | Path) -> Path:
     text = digits_csv_text()
     if target.exists() and target.read_text() == text:
         return directory
-    fd, tmp = tempfile.mkstemp(dir=directory, suffix=".tmp")
-    with os.fdopen(fd, "w") as handle:
-        handle.write(text)
-    os.replace(tmp, target)
+    atomic_write_text(target, text)
     return directory
 
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
 import re
 import tempfile
 from pathlib import Path
@@ -25,6 +24,7 @@ import yaml
 from components.search_space import SearchSpace
 from pipeline import config
 from pipeline.errors import InputError
+from pipeline.files import atomic_write_text
 
 PROFILES_FILE = Path(__file__).resolve().parents[1] / "kubeflow" / "node_pools.yaml"
 TARGETS = ("kfp", "vertex")
@@ -227,19 +227,6 @@ def _platform_spec(pool: NodePool, labels: list[str]) -> dict[str, Any]:
     return {"platforms": {"kubernetes": {"deploymentSpec": {"executors": executors}}}}
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
-
-
 def compile_pipeline(
     *,
     node_pool: str,
@@ -330,7 +317,7 @@ def compile_pipeline(
         )
     else:
         text = json.dumps(job, indent=2, sort_keys=True)
-    _atomic_write(output_path, text)
+    atomic_write_text(output_path, text)
     return output_path
 
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 import csv
 import dataclasses
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from ml_metadata import metadata_store
 from ml_metadata.proto import metadata_store_pb2
+
+from pipeline.files import atomic_write
 
 
 @dataclasses.dataclass
@@ -84,17 +84,6 @@ def read_summary(metadata_path: str) -> RunSummary:
     return RunSummary(best, accuracy, blessed, pushed_to, trials)
 
 
-def _atomic_write(path: Path, write) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=path.suffix)
-    os.close(fd)
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-
-
 def write_trials(trials: list[dict[str, Any]], output_dir: Path) -> tuple[Path, Path] | None:
     """Writes ``trials.csv`` and ``trials.png`` (score against effective batch, by LR)."""
     if not trials:
@@ -149,6 +138,6 @@ def write_trials(trials: list[dict[str, Any]], output_dir: Path) -> tuple[Path, 
         fig.savefig(tmp, dpi=100, format="png")
         plt.close(fig)
 
-    _atomic_write(csv_path, write_csv)
-    _atomic_write(png_path, write_png)
+    atomic_write(csv_path, write_csv)
+    atomic_write(png_path, write_png)
     return csv_path, png_path
