@@ -200,15 +200,20 @@ def _resource_spec(cpu: float, memory_gb: float, pool: NodePool | None, target: 
     return spec
 
 
-def _add_new_resource_fields(pipeline_spec: dict[str, Any]) -> None:
+def _complete_resources(pipeline_spec: dict[str, Any]) -> None:
     """Adds the newer string resource fields beside the deprecated ones, as the KFP SDK does.
 
-    TFX 1.16 builds with an older pipeline-spec proto that has only the deprecated fields.
+    TFX 1.16 builds with an older pipeline-spec proto that has only the deprecated fields,
+    and gives the file-based ExampleGen container no resources at all: it gets the modest
+    default here like the other data components.
     """
     for executor in pipeline_spec.get("deploymentSpec", {}).get("executors", {}).values():
-        resources = executor.get("container", {}).get("resources")
-        if not resources:
+        container = executor.get("container")
+        if container is None:
             continue
+        resources = container.setdefault(
+            "resources", {"cpuLimit": DEFAULT_CPU, "memoryLimit": float(DEFAULT_MEMORY[:-1])}
+        )
         if "cpuLimit" in resources:
             resources["resourceCpuLimit"] = f"{resources['cpuLimit']:g}"
         if "memoryLimit" in resources:
@@ -304,7 +309,7 @@ def compile_pipeline(
     )
     job = runner.run(pipeline, write_out=False)
     pipeline_spec = job["pipelineSpec"]
-    _add_new_resource_fields(pipeline_spec)
+    _complete_resources(pipeline_spec)
     if target == "kfp":
         header = (
             f"# tfx-accum pipeline for Kubeflow Pipelines, node pool {pool.name!r} "

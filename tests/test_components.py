@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from components.data import Splits
+from components.models import build_model
 from components.search_space import SearchSpace
-from components.strategy import replica_plan, strategy_kind
+from components.strategy import choose_strategy, replica_plan, strategy_kind
 from components.trainer import epoch_plan
 from components.tuner import AccumulationHyperModel, make_tuner
 from pipeline.data import DataError, digits_csv_text, validate_csv_dir, write_embedded_digits
@@ -76,6 +78,24 @@ def test_replica_plan_arithmetic(steps, micro, replicas, per_replica_steps, glob
     assert plan.global_batch == global_batch
     with pytest.raises(ValueError, match="replicas"):
         replica_plan(steps, micro, 0)
+
+
+def test_choose_strategy_on_this_cpu_machine_is_the_default_one():
+    strategy = choose_strategy()
+    assert strategy.num_replicas_in_sync == 1
+    assert not isinstance(strategy, tf.distribute.MirroredStrategy | tf.distribute.TPUStrategy)
+
+
+def test_densenet_option_is_the_stackoverflow_setup():
+    keys = [f"pixel_{i:02d}" for i in range(64)]
+    model = build_model("densenet121", keys, 10, 2, 1e-3)
+    assert model.gradient_accumulation_steps == 2
+    assert any(layer.name == "densenet121" for layer in model.layers)
+    assert any(isinstance(layer, keras.layers.Resizing) for layer in model.layers)
+    batch = {k: np.zeros((2, 1), "float32") for k in keys}
+    assert model.predict(batch, verbose=0).shape == (2, 10)
+    with pytest.raises(ValueError, match="not a square number"):
+        build_model("cnn", keys[:10], 10, 2, 1e-3)
 
 
 def test_epoch_plan_counts_exactly_train_steps():

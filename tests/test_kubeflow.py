@@ -105,8 +105,10 @@ def test_kfp_yaml_parses_strictly_and_carries_the_node_pool(compiled, pool):
             }
         ]
     # Data components get modest resources and no accelerator or node pool.
-    evaluator = summary["executors"]["Evaluator_executor"]["resources"]
-    assert "accelerator" not in evaluator and evaluator["resourceCpuLimit"] == "2"
+    for name in ("CsvExampleGen", "StatisticsGen", "Evaluator", "Pusher"):
+        resources = summary["executors"][f"{name}_executor"]["resources"]
+        assert "accelerator" not in resources, name
+        assert resources["resourceCpuLimit"] == "2" and resources["resourceMemoryLimit"] == "8G"
     assert set(summary["platform"]) == {"Tuner_executor", "Trainer_executor"}
 
 
