@@ -63,8 +63,11 @@ def _slice(structure: Any, start: tf.Tensor, size: tf.Tensor | int) -> Any:
     def cut(t):
         if t is None:
             return None
-        rank = len(t.shape)
-        return tf.slice(t, [start] + [0] * (rank - 1), [size] + [-1] * (rank - 1))
+        if isinstance(size, int):
+            rank = len(t.shape)
+            return tf.slice(t, [start] + [0] * (rank - 1), [size] + [-1] * (rank - 1))
+        # A strided slice, unlike tf.slice with a tensor size, also compiles under XLA.
+        return t[start : start + size]
 
     return tree.map_structure(cut, structure)
 
