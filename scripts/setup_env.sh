@@ -28,6 +28,7 @@ PY=$(find_python310) || {
        "or point PYTHON=/path/to/python3.10." >&2
   exit 1
 }
+start=$SECONDS
 echo "[setup] creating $VENV with $PY and installing tfx-accum (a few minutes the first time) ..."
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
 "$VENV/bin/python" -m pip install -q --upgrade pip
@@ -38,4 +39,4 @@ rm -rf "$VENV/kfp-spec"
 "$VENV/bin/python" -m pip install -q --no-deps --target "$VENV/kfp-spec" \
   -r kubeflow/validate-requirements.txt
 echo "$WANT" > "$STAMP"
-echo "[setup] done."
+echo "[setup] done in $((SECONDS - start)) s."
