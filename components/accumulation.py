@@ -429,24 +429,23 @@ class GradientAccumulationModel(keras.Model):
             global_denom = global_samples
 
         batch_loss = tf.math.divide_no_nan(loss_sum, global_denom) + extra
+        gradients: list[Any] = [None] * len(trainable)
+        for a, i in zip(acc, present):
+            gradients[i] = a
         if regularized:
             # Weight regularizers count once per update (divided over replicas, whose
-            # gradients are summed).
+            # gradients are summed). A weight reached only by its regularizer is updated too.
             with tf.GradientTape() as tape:
                 reg = tf.add_n([tf.cast(tf.reduce_sum(r(v)), tf.float32) for v, r in regularized])
                 reg_scaled = self.optimizer.scale_loss(reg / float(replicas))
-            reg_grads = tape.gradient(reg_scaled, trainable)
-            acc = [
-                a
-                if reg_grads[i] is None
-                else tf.convert_to_tensor(a) + _to_accumulator(reg_grads[i])
-                for a, i in zip(acc, present)
-            ]
+            for i, g in enumerate(tape.gradient(reg_scaled, trainable)):
+                if g is not None:
+                    g = _to_accumulator(g)
+                    gradients[i] = (
+                        g if gradients[i] is None else tf.convert_to_tensor(gradients[i]) + g
+                    )
             batch_loss += reg / float(replicas)
-
-        gradients = [None] * len(trainable)
-        for a, i in zip(acc, present):
-            gradients[i] = _cast(a, trainable[i].dtype)
+        gradients = [None if g is None else _cast(g, v.dtype) for g, v in zip(gradients, trainable)]
         self.optimizer.apply_gradients(zip(gradients, trainable))
 
         # Every replica reports the exact whole-batch loss, weighted by its sample count

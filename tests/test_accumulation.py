@@ -339,3 +339,33 @@ def test_static_batch_shapes_use_fixed_micro_batches(jit_compile):
         "adam",
     )
     assert_equivalent(plain, ga, tol)
+
+
+class _DenseWithRegularizedSpare(keras.layers.Layer):
+    """A dense layer with one more weight that only its regularizer reaches."""
+
+    def build(self, input_shape):
+        self.kernel = self.add_weight(shape=(input_shape[-1], 3), initializer="glorot_uniform")
+        self.spare = self.add_weight(
+            shape=(4,), initializer="ones", regularizer=keras.regularizers.L2(0.1)
+        )
+
+    def call(self, x):
+        return keras.ops.softmax(keras.ops.matmul(x, self.kernel))
+
+
+def test_weight_reached_only_by_its_regularizer_is_updated_too():
+    def build():
+        inputs = keras.Input((8,))
+        return keras.Model(inputs, _DenseWithRegularizedSpare()(inputs))
+
+    x, y, _ = classification_data(n=40)
+    plain, ga, _, tol = fit_both(
+        build,
+        4,
+        dict(x=x, y=y, batch_size=16, epochs=1),
+        dict(loss="sparse_categorical_crossentropy"),
+        "momentum",
+    )
+    assert_equivalent(plain, ga, tol)
+    assert not np.allclose(ga.layers[-1].spare.numpy(), 1.0)
