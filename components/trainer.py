@@ -103,12 +103,18 @@ def run_fn(fn_args: tfx.components.FnArgs) -> None:
         flush=True,
     )
     history: dict[str, list[float]] = {}
-    for index, steps in enumerate(epochs):
+    # Whole epochs in one fit call, so that one shuffled input stream runs through them; a
+    # shorter last epoch, if any, in a second call.
+    full = len(epochs) if epochs[-1] == epochs[0] else len(epochs) - 1
+    calls = [(0, full, epochs[0])] if full else []
+    if full < len(epochs):
+        calls.append((full, full + 1, epochs[-1]))
+    for initial_epoch, last_epoch, steps in calls:
         result = model.fit(
             train,
             steps_per_epoch=steps,
-            initial_epoch=index,
-            epochs=index + 1,
+            initial_epoch=initial_epoch,
+            epochs=last_epoch,
             validation_data=validation,
             callbacks=callbacks,
             verbose=0,
