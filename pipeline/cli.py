@@ -184,6 +184,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def model_settings(args: argparse.Namespace) -> dict:
+    """The pipeline settings that ``run`` and ``compile`` share."""
+    return dict(
+        tune=not args.no_tune,
+        model=args.model,
+        label_key=args.label_key,
+        train_steps=args.train_steps,
+        accuracy_threshold=args.accuracy_threshold,
+    )
+
+
 def _check_common(args: argparse.Namespace) -> None:
     if args.train_steps < 1:
         raise InputError(f"--train-steps must be >= 1, got {args.train_steps}.")
@@ -200,13 +211,9 @@ def _run(args: argparse.Namespace, space: SearchSpace) -> int:
         data_root=args.data_root,
         output_dir=args.output_dir,
         search_space=space,
-        tune=not args.no_tune,
         orchestrator=args.orchestrator,
-        model=args.model,
-        label_key=args.label_key,
-        train_steps=args.train_steps,
-        accuracy_threshold=args.accuracy_threshold,
         enable_cache=not args.no_cache,
+        **model_settings(args),
     )
     summary = read_summary(str(paths.metadata_path))
     written = write_trials(summary.trials, paths.output_dir)
@@ -240,7 +247,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _run(args, space)
         from pipeline.kubeflow import compile_from_args
 
-        return compile_from_args(args, space)
+        return compile_from_args(args, space, model_settings(args))
     except InputError as error:  # bad input: a clear message, no traceback
         print(f"tfx-accum {args.command}: error: {error}", file=sys.stderr)
         return 2

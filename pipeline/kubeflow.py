@@ -367,7 +367,10 @@ def add_compile_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def compile_from_args(args: argparse.Namespace, search_space: SearchSpace) -> int:
+def compile_from_args(
+    args: argparse.Namespace, search_space: SearchSpace, settings: dict[str, Any]
+) -> int:
+    """``tfx-accum compile``: ``settings`` are the model settings shared with ``run``."""
     path = compile_pipeline(
         node_pool=args.node_pool,
         output=args.output,
@@ -377,12 +380,8 @@ def compile_from_args(args: argparse.Namespace, search_space: SearchSpace) -> in
         search_space=search_space,
         target=args.target,
         profiles_file=args.profiles,
-        tune=not args.no_tune,
-        model=args.model,
         num_classes=args.num_classes,
-        label_key=args.label_key,
-        train_steps=args.train_steps,
-        accuracy_threshold=args.accuracy_threshold,
+        **settings,
     )
     print(f"[compile] wrote {path} for {args.target} (node pool {args.node_pool})")
     return 0
