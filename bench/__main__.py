@@ -37,6 +37,11 @@ def _run_json(args: list[str], env: dict | None = None) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def _range(speed: dict, other: str) -> str:
+    low, high = speed[f"ratio_range_vs_{other}"]
+    return f"{low:.2f}-{high:.2f}"
+
+
 def _plot(speeds: list[dict], memory: list[dict], path: Path) -> None:
     import matplotlib
 
@@ -80,7 +85,7 @@ def _plot(speeds: list[dict], memory: list[dict], path: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument("--output", type=Path, default=ROOT / "bench" / "results")
-    parser.add_argument("--repeats", type=int, default=5, help="speed repetitions (min taken)")
+    parser.add_argument("--repeats", type=int, default=9, help="speed rounds (interleaved)")
     args = parser.parse_args(argv)
     args.output.mkdir(parents=True, exist_ok=True)
     sys.path.insert(0, str(ROOT))
@@ -108,17 +113,20 @@ def main(argv: list[str] | None = None) -> int:
         "",
         to_markdown(exactness),
         "",
-        "## Speed (time per epoch, single-threaded TF, min of "
-        f"{speeds[0]['repeats']} interleaved repeats)",
+        "## Speed (CPU time per epoch, single-threaded TF, "
+        f"{speeds[0]['repeats']} interleaved rounds; ratios: median of per-round ratios "
+        "[range])",
         "",
-        "| model | tfx-accum B=128 k=4 (s) | plain batch 32 (s) | Keras 3 option micro 32 k=4 (s) "
+        "| model | tfx-accum B=128 k=4 (min s) | plain batch 32 (min s) "
+        "| Keras 3 option micro 32 k=4 (min s) "
         "| tfx-accum / plain | tfx-accum / Keras option |",
         "| --- | --- | --- | --- | --- | --- |",
         *[
             f"| {SPEED_MODELS[s['model']]} | {s['seconds_per_epoch_min']['tfx_accum']:.3f} "
             f"| {s['seconds_per_epoch_min']['plain']:.3f} "
             f"| {s['seconds_per_epoch_min']['keras_option']:.3f} "
-            f"| **{s['ratio_vs_plain_batch32']:.2f}x** | **{s['ratio_vs_keras_option']:.2f}x** |"
+            f"| **{s['ratio_vs_plain_batch32']:.2f}x** [{_range(s, 'plain_batch32')}] "
+            f"| **{s['ratio_vs_keras_option']:.2f}x** [{_range(s, 'keras_option')}] |"
             for s in speeds
         ],
         "",

@@ -4,8 +4,10 @@ Two models, each timed in its own process: ``conv``, a small convolutional netwo
 32x32x3 inputs where compute (convolutions over activations) dominates; and ``dense``, a
 1.3M-parameter MLP where per-update work (the Adam update, step dispatch) is visible.
 
-Single-threaded TensorFlow, interleaved repetitions and the minimum of each, so that the
-ratios hold on a noisy shared 2-core machine. Run with ``python -m bench.speed``; prints
+Single-threaded TensorFlow, timed in process CPU time (``time.process_time``), with the
+three methods interleaved in each round. The ratios are the median over rounds of the
+per-round ratios: a paired comparison, so that the drift of a shared, noisy 2-core machine
+cancels out (the range over rounds is reported too). Run with ``python -m bench.speed``; prints
 JSON on the last line.
 """
 
@@ -13,10 +15,11 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import sys
 import time
 
-MICRO, STEPS, REPEATS = 32, 4, 5
+MICRO, STEPS, REPEATS = 32, 4, 9
 SAMPLES = {"conv": 512, "dense": 2048}
 METHODS = ("tfx_accum", "plain", "keras_option")
 
@@ -73,14 +76,22 @@ def main(model_kind: str = "conv", repeats: int = REPEATS) -> dict:
     times: dict[str, list[float]] = {m: [] for m in METHODS}
     for _ in range(repeats):
         for method, model in models.items():
-            start = time.perf_counter()
+            start = time.process_time()
             model.fit(x, y, batch_size=batch[method], epochs=1, verbose=0, shuffle=False)
-            times[method].append(time.perf_counter() - start)
+            times[method].append(time.process_time() - start)
     best = {m: min(t) for m, t in times.items()}
+
+    def paired(other):
+        ratios = sorted(a / b for a, b in zip(times["tfx_accum"], times[other]))
+        return statistics.median(ratios), ratios[0], ratios[-1]
+
+    vs_plain, vs_keras = paired("plain"), paired("keras_option")
     return {
         "seconds_per_epoch_min": best,
-        "ratio_vs_plain_batch32": best["tfx_accum"] / best["plain"],
-        "ratio_vs_keras_option": best["tfx_accum"] / best["keras_option"],
+        "ratio_vs_plain_batch32": vs_plain[0],
+        "ratio_vs_keras_option": vs_keras[0],
+        "ratio_range_vs_plain_batch32": vs_plain[1:],
+        "ratio_range_vs_keras_option": vs_keras[1:],
         "model": model_kind,
         "samples": samples,
         "repeats": repeats,
