@@ -119,7 +119,7 @@ def _accumulator_start(gradient: Any) -> Any:
             values.write(0, tf.cast(gradient.values, tf.float32)),
             indices.write(0, gradient.indices),
         )
-    return tf.cast(gradient, tf.float32)
+    return _to_accumulator(gradient)
 
 
 def _accumulator_add(accumulator: Any, j: tf.Tensor, gradient: Any) -> Any:

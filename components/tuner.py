@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import logging
 import math
-import sys
 from typing import Any
 
 import keras_tuner
@@ -210,7 +209,6 @@ def tuner_fn(fn_args: tfx.components.FnArgs) -> tfx.components.TunerFnResult:
         f"{space.examples_per_epoch or splits.train_size} examples per trial",
         flush=True,
     )
-    sys.stdout.flush()
     hypermodel = AccumulationHyperModel(
         space, splits, settings["model"], settings["num_classes"], strategy.num_replicas_in_sync
     )

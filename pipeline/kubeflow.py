@@ -189,13 +189,8 @@ def _resource_spec(cpu: float, memory_gb: float, pool: NodePool | None, target: 
         cpu_limit=cpu, memory_limit=memory_gb
     )
     if pool is not None:
-        accelerator_type = pool.resource_name if target == "kfp" else pool.vertex_type
-        if not accelerator_type:
-            raise ProfileError(
-                f"Node-pool profile {pool.name!r} has no "
-                "`accelerator.vertex_type`, which --target vertex needs."
-            )
-        spec.accelerator.type = accelerator_type
+        # compile_pipeline has checked that a vertex target's profile has a vertex_type.
+        spec.accelerator.type = pool.resource_name if target == "kfp" else pool.vertex_type
         spec.accelerator.count = pool.count
     return spec
 

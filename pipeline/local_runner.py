@@ -162,6 +162,5 @@ def run_local(
         f"outputs under {paths.output_dir}",
         flush=True,
     )
-    sys.stdout.flush()
     runner.run(pipeline)
     return paths
