@@ -1,5 +1,5 @@
 """tfx-accum components: the gradient-accumulation model, TFX Trainer and Tuner modules."""
 
-from components.accumulation import GradientAccumulationModel, validate_accumulation_steps
+from components.accumulation import LOSS_REDUCTIONS, GradientAccumulationModel
 
-__all__ = ["GradientAccumulationModel", "validate_accumulation_steps"]
+__all__ = ["GradientAccumulationModel", "LOSS_REDUCTIONS"]

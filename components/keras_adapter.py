@@ -1,0 +1,284 @@
+"""Every use of Keras internals by tfx-accum, in one place.
+
+:class:`~components.accumulation.GradientAccumulationModel` must compute the loss of a
+micro-batch *in parts* (numerator and denominator of each output's loss) to weight the
+micro-batches exactly, which public Keras API does not expose. What it needs from inside
+Keras is here, each with a comment saying why:
+
+- ``keras.src.losses.loss``: the helpers ``Loss.__call__`` reduces with (mask merging,
+  rank alignment of sample weights), so that a loss is split exactly as Keras computes it.
+- ``Trainer._compile_loss`` (the ``CompileLoss`` built by ``compile``) and its
+  ``_flat_losses``: which loss, loss weight and ``y_true``/``y_pred``/``sample_weight``
+  belong to each output. Its structure matching (dicts, lists, partial losses) is reused
+  by calling it with recording stand-ins for the loss functions.
+- ``Trainer._loss_tracker``, ``Trainer._compute_loss``, ``Layer._call_has_training_arg``:
+  the loss metric, the ``compute_loss`` dispatch that copes with overrides without a
+  ``training`` argument, and whether ``call`` takes ``training``.
+- ``keras.src.models.functional.Functional`` and ``functional_init_arguments``: to build
+  functional instances of GradientAccumulationModel without letting Keras rewrite the
+  class's bases (see ``functional_variant``).
+
+Tested on the versions named in ``pyproject.toml`` (``keras`` lower bound) and the pinned
+one in ``constraints.txt``: ``tests/test_accumulation.py`` fails if any of this changes.
+Keras >= 3.8 aggregates per-replica gradients by sum with each replica's loss divided by
+the replica count (keras-team/keras#20609); the accumulation uses global denominators and
+relies only on that sum.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from keras import ops, tree
+from keras.src import backend as _backend
+from keras.src.losses import loss as _loss_lib
+from keras.src.models import functional as _functional
+from keras.src.models import model as _model
+
+__all__ = [
+    "LossTerm",
+    "added_losses",
+    "recording_activity_losses",
+    "call_has_training_arg",
+    "compile_loss_terms",
+    "compute_loss",
+    "functional_variant",
+    "is_functional_call",
+    "keras_mask",
+    "loss_tracker",
+    "per_output_loss_metrics",
+    "split_loss",
+]
+
+
+def keras_mask(tensor: Any) -> Any:
+    """The Keras mask a layer attached to ``tensor`` (``None`` if it has none)."""
+    return _backend.get_keras_mask(tensor)
+
+
+def call_has_training_arg(model: Any) -> bool:
+    return model._call_has_training_arg
+
+
+def loss_tracker(model: Any) -> Any:
+    """The ``Mean`` metric that ``fit`` logs as ``loss``."""
+    return model._loss_tracker
+
+
+def compute_loss(model: Any, x: Any, y: Any, y_pred: Any, sample_weight: Any) -> Any:
+    """``model.compute_loss`` as Keras's own train step calls it (user overrides included)."""
+    return model._compute_loss(x=x, y=y, y_pred=y_pred, sample_weight=sample_weight, training=True)
+
+
+def per_output_loss_metrics(model: Any) -> list[Any]:
+    """The ``<output>_loss`` metrics Keras logs when there are several losses (else [])."""
+    compile_loss = model._compile_loss
+    return list(compile_loss.metrics) if compile_loss is not None else []
+
+
+def added_losses(model: Any) -> list[Any]:
+    """Values added with ``add_loss`` in ``call()`` (own and sublayers'), in call order.
+
+    ``Layer.losses`` lists them first and then one loss per regularized trainable weight;
+    the accumulation adds weight regularizers once per step itself.
+    """
+    losses = model.losses
+    regularized = sum(
+        1 for v in model.trainable_weights if getattr(v, "regularizer", None) is not None
+    )
+    return losses[: len(losses) - regularized] if regularized else losses
+
+
+@contextlib.contextmanager
+def recording_activity_losses(model: Any) -> Iterator[set[int]]:
+    """Yields the ids of the losses activity regularizers add while the block runs.
+
+    ``Layer.__call__`` passes each output to ``layer.activity_regularizer`` and adds the
+    result with ``add_loss``; a recording stand-in tells those values apart from other
+    ``add_loss`` values (Keras computes them as sums over the batch). The values are kept
+    alive for the block so that their ids stay unique.
+    """
+    ids: set[int] = set()
+    kept: list[Any] = []
+    replaced = []
+    for layer in model._flatten_layers(include_self=True, recursive=True):
+        regularizer = getattr(layer, "activity_regularizer", None)
+        if regularizer is None:
+            continue
+
+        def record(output, _regularizer=regularizer):
+            value = _regularizer(output)
+            kept.append(value)
+            ids.add(id(value))
+            return value
+
+        replaced.append((layer, regularizer))
+        # object.__setattr__: a plain swap, without Keras's attribute tracking.
+        object.__setattr__(layer, "activity_regularizer", record)
+    try:
+        yield ids
+    finally:
+        for layer, regularizer in replaced:
+            object.__setattr__(layer, "activity_regularizer", regularizer)
+
+
+# --------------------------------------------------------------- loss in parts
+
+# How a micro-batch's share of a loss is weighted; see ``split_loss``.
+SUM = "sum"  # additive over micro-batches: weight 1
+COUNT = "count"  # numerator / (global samples x elements per sample)
+MASKED = "masked"  # numerator / (global valid mask count + epsilon), as Keras divides
+WEIGHTS = "weights"  # numerator / global sum of sample weights ("mean_with_sample_weight")
+MEAN = "mean"  # the loss returned a scalar: a mean over the micro-batch's samples
+NONE = "none"  # reduction None: unreduced values; the gradient is of their sum
+
+
+@dataclasses.dataclass
+class LossTerm:
+    """One output's loss on a micro-batch, split as Keras would reduce it.
+
+    The whole batch's value of a ``COUNT``, ``MASKED`` or ``WEIGHTS`` term is
+    ``sum(numerator) / sum(denominator)`` over micro-batches (and replicas); of a ``SUM``
+    or ``NONE`` term, ``sum(numerator)``. ``per_sample`` is the number of loss elements
+    per sample (``COUNT`` only), ``loss_weight`` the output's ``loss_weights`` entry.
+    """
+
+    kind: str
+    numerator: Any
+    denominator: Any = None
+    per_sample: Any = None
+    loss_weight: float | None = None
+
+
+def split_loss(loss: Any, y_true: Any, y_pred: Any, sample_weight: Any = None) -> LossTerm:
+    """Splits ``loss(y_true, y_pred, sample_weight)`` into numerator and denominator.
+
+    Mirrors ``keras.losses.Loss.__call__`` and ``reduce_weighted_values``: the same masks
+    (the prediction's and the per-element loss's), the same mask/sample-weight merge and
+    the same denominator per reduction (elements, valid elements + epsilon, or the sum of
+    sample weights), so that the sum over micro-batches divided by the summed denominator
+    is the whole batch's loss.
+    """
+    in_mask = keras_mask(y_pred)
+    with _backend.name_scope(loss.name):
+        y_pred = tree.map_structure(lambda v: ops.convert_to_tensor(v, dtype=loss.dtype), y_pred)
+        y_true = tree.map_structure(lambda v: ops.convert_to_tensor(v, dtype=loss.dtype), y_true)
+        values = loss.call(y_true, y_pred)
+        out_mask = keras_mask(values)
+        if in_mask is not None and out_mask is not None:
+            mask = in_mask & out_mask
+        else:
+            mask = in_mask if in_mask is not None else out_mask
+        reduction = _loss_lib.standardize_reduction(loss.reduction)
+        values = ops.convert_to_tensor(values, dtype=loss.dtype)
+        if reduction in (None, "none"):
+            return LossTerm(NONE, ops.sum(values))
+        if tuple(values.shape) == ():
+            # reduce_values leaves a scalar as it is: the loss's own mean over its batch.
+            return LossTerm(MEAN, values)
+        if sample_weight is not None:
+            sample_weight = ops.convert_to_tensor(sample_weight, dtype=loss.dtype)
+        if mask is not None:
+            mask = ops.cast(ops.convert_to_tensor(mask), values.dtype)
+        # The merge Keras does, without the total/valid rescaling of the masked mean
+        # (the denominator below takes that role).
+        weights = _loss_lib.apply_mask(sample_weight, mask, dtype=values.dtype, reduction="sum")
+        if weights is not None:
+            weights = ops.cast(weights, values.dtype)
+            values, weights = _loss_lib.squeeze_or_expand_to_same_rank(values, weights)
+            values = values * weights
+        numerator = ops.sum(values)
+        if reduction == "sum":
+            return LossTerm(SUM, numerator)
+        if reduction == "mean_with_sample_weight" and weights is not None:
+            return LossTerm(WEIGHTS, numerator, ops.sum(weights))
+        if mask is not None:
+            return LossTerm(MASKED, numerator, ops.sum(mask))
+        shape = ops.shape(values)
+        per_sample = 1
+        for size in shape[1:]:
+            per_sample = per_sample * size
+        return LossTerm(COUNT, numerator, per_sample=per_sample)
+
+
+def compile_loss_terms(model: Any, y: Any, y_pred: Any, sample_weight: Any) -> list[LossTerm]:
+    """The compiled loss of ``model`` on one micro-batch, one ``LossTerm`` per output.
+
+    ``CompileLoss`` matches ``y``, ``y_pred``, ``sample_weight`` and ``loss_weights`` to
+    outputs (dicts, lists, partial losses); it is called here with a recording stand-in
+    for each output's loss function and with its per-output metrics hidden, so that it
+    does the matching and nothing else.
+    """
+    compile_loss = model._compile_loss
+    if compile_loss is None:
+        return []
+    terms: list[LossTerm] = []
+
+    def recorder(entry: Any) -> Callable[..., Any]:
+        def record(y_true, y_pred_output, output_weight=None):
+            term = split_loss(entry.loss, y_true, y_pred_output, output_weight)
+            term.loss_weight = entry.loss_weights
+            terms.append(term)
+            return ops.zeros(())
+
+        return record
+
+    if not compile_loss.built:
+        with _hidden_metrics(compile_loss, 1):
+            compile_loss(y, y_pred, sample_weight)  # builds _flat_losses; value unused
+    flat = compile_loss._flat_losses
+    with _hidden_metrics(compile_loss, len(flat)):
+        compile_loss._flat_losses = [e._replace(loss=recorder(e)) for e in flat]
+        try:
+            compile_loss(y, y_pred, sample_weight)
+        finally:
+            compile_loss._flat_losses = flat
+    return terms
+
+
+@contextlib.contextmanager
+def _hidden_metrics(compile_loss: Any, count: int) -> Iterator[None]:
+    # CompileLoss.call zips its losses with its per-output Mean metrics (updating each
+    # one that is not None); a list of Nones keeps every loss and updates no metric (the
+    # accumulation updates them once per step with the whole batch's values).
+    metrics = compile_loss._metrics
+    compile_loss._metrics = [None] * count
+    try:
+        yield
+    finally:
+        compile_loss._metrics = metrics
+
+
+# ------------------------------------------------------------ functional models
+
+
+def is_functional_call(args: tuple, kwargs: dict) -> bool:
+    """Whether constructor arguments are functional (``inputs`` and ``outputs``)."""
+    return _model.functional_init_arguments(args, kwargs)
+
+
+_VARIANTS: dict[type, type] = {}
+
+
+def functional_variant(cls: type) -> type:
+    """``cls`` with ``Functional`` mixed in, created once per class.
+
+    Keras builds a functional instance of a ``Model`` subclass by rewriting that class's
+    bases in place (``inject_functional_model_class``), after which the class can no
+    longer be subclassed with a ``call`` of its own. A separate subclass that mixes in
+    ``Functional`` gives functional instances without touching ``cls``.
+    """
+    if issubclass(cls, _functional.Functional):
+        return cls
+    variant = _VARIANTS.get(cls)
+    if variant is None:
+        variant = type(
+            cls.__name__,
+            (cls, _functional.Functional),
+            {"__module__": cls.__module__, "__qualname__": cls.__qualname__},
+        )
+        _VARIANTS[cls] = variant
+    return variant
