@@ -15,13 +15,15 @@ from components import GradientAccumulationModel
 
 
 def clone_pair(
-    build: Callable[[], keras.Model], steps: int
+    build: Callable[[], keras.Model], steps: int, **ga_kwargs
 ) -> tuple[keras.Model, GradientAccumulationModel]:
     """Builds the same architecture twice; the GA copy gets the plain copy's weights."""
     keras.utils.set_random_seed(0)
     plain = build()
     keras.utils.set_random_seed(0)
-    ga = GradientAccumulationModel.from_model(build(), gradient_accumulation_steps=steps)
+    ga = GradientAccumulationModel.from_model(
+        build(), gradient_accumulation_steps=steps, **ga_kwargs
+    )
     ga.set_weights(plain.get_weights())
     return plain, ga
 

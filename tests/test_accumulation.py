@@ -18,15 +18,21 @@ from components import GradientAccumulationModel
 
 OPTIMIZERS = {
     "sgd": (lambda: keras.optimizers.SGD(0.1), 1e-5),
+    "sgd_small": (lambda: keras.optimizers.SGD(0.002), 1e-5),
     "momentum": (lambda: keras.optimizers.SGD(0.1, momentum=0.9), 1e-5),
     "adam": (lambda: keras.optimizers.Adam(0.01), 1e-4),
 }
 
 
-def fit_both(build, steps, fit_kwargs, compile_kwargs, optimizer="sgd"):
+# Every equivalence test runs with and without XLA (Keras turns XLA on by default on a GPU).
+JIT = pytest.mark.parametrize("jit", [False, True], ids=["graph", "xla"])
+
+
+def fit_both(build, steps, fit_kwargs, compile_kwargs, optimizer="sgd", jit=False, **ga_kwargs):
     make_optimizer, tol = OPTIMIZERS[optimizer]
-    plain, ga = clone_pair(build, steps)
+    plain, ga = clone_pair(build, steps, **ga_kwargs)
     histories = []
+    compile_kwargs = {"jit_compile": jit, **compile_kwargs}
     for model in (plain, ga):
         model.compile(optimizer=make_optimizer(), **compile_kwargs)
         histories.append(model.fit(shuffle=False, verbose=0, **fit_kwargs).history)
@@ -40,7 +46,8 @@ def assert_equivalent(plain, ga, tol):
 
 
 @pytest.mark.parametrize("optimizer", sorted(OPTIMIZERS))
-def test_uneven_batches_sample_weights_and_regularizer(optimizer):
+@JIT
+def test_uneven_batches_sample_weights_and_regularizer(optimizer, jit):
     # 100 samples at batch 32: the last batch has 4 samples, split into 4 micro-batches of 1;
     # batch 32 with k=3 gives micro-batches of 10, 11, 11.
     x, y, sw = classification_data()
@@ -51,6 +58,7 @@ def test_uneven_batches_sample_weights_and_regularizer(optimizer):
             dict(x=x, y=y, sample_weight=sw, batch_size=32, epochs=2),
             dict(loss="sparse_categorical_crossentropy", metrics=["accuracy"]),
             optimizer,
+            jit,
         )
         assert_equivalent(plain, ga, tol)
         # Logged loss and metrics are those of the whole batch, not divided by k.
@@ -58,7 +66,8 @@ def test_uneven_batches_sample_weights_and_regularizer(optimizer):
         np.testing.assert_allclose(hist[0]["accuracy"], hist[1]["accuracy"], rtol=1e-6)
 
 
-def test_batch_smaller_than_steps_and_class_weights():
+@JIT
+def test_batch_smaller_than_steps_and_class_weights(jit):
     x, y, _ = classification_data(n=21)
     plain, ga, _, tol = fit_both(
         dense_classifier,
@@ -66,6 +75,7 @@ def test_batch_smaller_than_steps_and_class_weights():
         dict(x=x, y=y, batch_size=6, epochs=2, class_weight={0: 0.5, 1: 2.0, 2: 1.0}),
         dict(loss="sparse_categorical_crossentropy"),
         "momentum",
+        jit,
     )
     assert_equivalent(plain, ga, tol)
 
@@ -91,7 +101,8 @@ def masked_sequence_model():
 
 
 @pytest.mark.parametrize("optimizer", ["sgd", "adam"])
-def test_masked_sequence_loss_uses_whole_batch_valid_count(optimizer):
+@JIT
+def test_masked_sequence_loss_uses_whole_batch_valid_count(optimizer, jit):
     rng = np.random.default_rng(1)
     n, t = 30, 7
     lengths = rng.integers(1, t + 1, n)
@@ -105,6 +116,7 @@ def test_masked_sequence_loss_uses_whole_batch_valid_count(optimizer):
         dict(x=x, y=y, batch_size=16, epochs=2),
         dict(loss="sparse_categorical_crossentropy"),
         optimizer,
+        jit,
     )
     assert_equivalent(plain, ga, tol)
     np.testing.assert_allclose(hist[0]["loss"], hist[1]["loss"], rtol=1e-5)
@@ -120,7 +132,8 @@ def dict_io_model():
 
 
 @pytest.mark.parametrize("optimizer", ["momentum", "adam"])
-def test_dict_inputs_and_multiple_outputs(optimizer):
+@JIT
+def test_dict_inputs_and_multiple_outputs(optimizer, jit):
     rng = np.random.default_rng(2)
     n = 50
     x = {
@@ -138,6 +151,7 @@ def test_dict_inputs_and_multiple_outputs(optimizer):
             loss_weights={"cls": 1.0, "reg": 0.5},
         ),
         optimizer,
+        jit,
     )
     assert_equivalent(plain, ga, tol)
     np.testing.assert_allclose(hist[0]["loss"], hist[1]["loss"], rtol=1e-5)
@@ -354,7 +368,8 @@ class _DenseWithRegularizedSpare(keras.layers.Layer):
         return keras.ops.softmax(keras.ops.matmul(x, self.kernel))
 
 
-def test_weight_reached_only_by_its_regularizer_is_updated_too():
+@JIT
+def test_weight_reached_only_by_its_regularizer_is_updated_too(jit):
     def build():
         inputs = keras.Input((8,))
         return keras.Model(inputs, _DenseWithRegularizedSpare()(inputs))
@@ -366,6 +381,7 @@ def test_weight_reached_only_by_its_regularizer_is_updated_too():
         dict(x=x, y=y, batch_size=16, epochs=1),
         dict(loss="sparse_categorical_crossentropy"),
         "momentum",
+        jit,
     )
     assert_equivalent(plain, ga, tol)
     assert not np.allclose(ga.layers[-1].spare.numpy(), 1.0)
