@@ -29,6 +29,7 @@ from equivalence import (  # noqa: E402
     optimizer_state,
 )
 from test_accumulation import masked_sequence_model  # noqa: E402
+from test_exactness_matrix import masked_and_plain_outputs, sequence_data  # noqa: E402
 
 from components import GradientAccumulationModel  # noqa: E402
 
@@ -74,6 +75,11 @@ def masked_data():
     return tf.data.Dataset.from_tensor_slices((x, y)).batch(16)
 
 
+def two_output_data():
+    x, y = sequence_data(n=45)  # 45 = 32 + 13: uneven per-replica last batch
+    return tf.data.Dataset.from_tensor_slices((x, y)).batch(32)
+
+
 results = {
     # 100 = 3 x 32 + 4: the last batch gives each replica 2 samples.
     "sgd_uneven": run(
@@ -94,6 +100,20 @@ results = {
         masked_data,
         "sparse_categorical_crossentropy",
         lambda: keras.optimizers.SGD(0.1),
+    ),
+    # A "sum" loss is not divided by the replica count; sample weights ride along.
+    "sum_loss_sgd": run(
+        dense_classifier,
+        dense_data(100),
+        keras.losses.SparseCategoricalCrossentropy(reduction="sum"),
+        lambda: keras.optimizers.SGD(0.005),
+    ),
+    # A masked and a plain output, each with its own global denominator.
+    "masked_and_plain_adam": run(
+        masked_and_plain_outputs,
+        two_output_data,
+        "sparse_categorical_crossentropy",
+        lambda: keras.optimizers.Adam(0.01),
     ),
 }
 print(json.dumps(results))
