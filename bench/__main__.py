@@ -90,9 +90,12 @@ def main(argv: list[str] | None = None) -> int:
     args.output.mkdir(parents=True, exist_ok=True)
     sys.path.insert(0, str(ROOT))
     from bench.exactness import run_exactness, to_markdown
+    from bench.loss_patterns import run_loss_patterns
+    from bench.loss_patterns import to_markdown as patterns_markdown
 
     print("[bench] exactness against the anchors ...", flush=True)
     exactness = run_exactness(log=lambda m: print(m, flush=True))
+    patterns = run_loss_patterns(log=lambda m: print(m, flush=True))
     print("[bench] speed ...", flush=True)
     speeds = [_run_json(["bench.speed", kind, str(args.repeats)]) for kind in ("conv", "dense")]
     memory = []
@@ -112,6 +115,10 @@ def main(argv: list[str] | None = None) -> int:
         " 2 epochs)",
         "",
         to_markdown(exactness),
+        "",
+        "### Loss patterns (max abs weight diff vs plain fit on the whole batch, 2 epochs)",
+        "",
+        patterns_markdown(patterns),
         "",
         "## Speed (CPU time per epoch, single-threaded TF, "
         f"{speeds[0]['repeats']} interleaved rounds; ratios: median of per-round ratios "
@@ -145,7 +152,12 @@ def main(argv: list[str] | None = None) -> int:
     (args.output / "bench.md").write_text("\n".join(md) + "\n")
     (args.output / "bench.json").write_text(
         json.dumps(
-            {"exactness": [asdict(r) for r in exactness], "speed": speeds, "memory": memory},
+            {
+                "exactness": [asdict(r) for r in exactness],
+                "loss_patterns": [asdict(r) for r in patterns],
+                "speed": speeds,
+                "memory": memory,
+            },
             indent=2,
         )
     )
