@@ -75,7 +75,7 @@ def _pattern(name: str):
         def optimizer(**kwargs):
             return keras.optimizers.SGD(0.1, momentum=0.9, **kwargs)
 
-        loss = {"tags": "sparse_categorical_crossentropy", "label": "sparse_categorical_crossentropy"}
+        loss = dict.fromkeys(("tags", "label"), "sparse_categorical_crossentropy")
         return build, (x, y, None), loss, optimizer, False
     x = rng.integers(0, 10, (N, 6))
     y = rng.integers(0, 3, N)
