@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass
 N, BATCH, STEPS, EPOCHS = 203, 32, 4, 2
 METHODS = ("tfx_accum", "keras_option", "stackoverflow")
 PATTERNS = {
-    "sum_loss": "sum loss (`reduction=\"sum\"`, sample weights)",
+    "sum_loss": 'sum loss (`reduction="sum"`, sample weights)',
     "masked_plain": "masked + plain outputs (own denominators)",
     "embedding_xla": "Embedding, `jit_compile=True`, Adam",
 }
