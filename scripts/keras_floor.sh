@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Runs the exactness tests on the oldest Keras that pyproject.toml admits (its `keras>=`
+# bound), installed beside the pinned one in .venv/keras-floor: the accumulation relies on
+# Keras internals (components/keras_adapter.py), so the floor is proved, not assumed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+floor=$(sed -n 's/^ *"keras>=\([0-9.]*\),.*/\1/p' pyproject.toml)
+[ -n "$floor" ] || { echo "keras_floor: no keras>= bound in pyproject.toml" >&2; exit 1; }
+target=.venv/keras-floor
+if [ "$(cat "$target/.version" 2>/dev/null)" != "$floor" ]; then
+  rm -rf "$target"
+  .venv/bin/python -m pip install -q --no-deps --target "$target" "keras==$floor"
+  echo "$floor" > "$target/.version"
+fi
+PYTHONPATH="$target" .venv/bin/python -c \
+  "import keras, sys; sys.exit(keras.__version__ != '$floor')" \
+  || { echo "keras_floor: keras $floor did not load from $target" >&2; exit 1; }
+echo "[keras-floor] exactness tests on keras $floor"
+PYTHONPATH="$target" .venv/bin/python -m pytest -q -p no:cacheprovider \
+  tests/test_accumulation.py tests/test_exactness_matrix.py -k "not mirrored"
