@@ -51,7 +51,7 @@ def _build(method: str):
     import keras
 
     from bench.anchors import StackOverflowAccumulationModel, keras_optimizer_option
-    from components import GradientAccumulationModel
+    from tfx_accum.components import GradientAccumulationModel
 
     keras.utils.set_random_seed(0)
     inputs = keras.Input((8,))

@@ -95,7 +95,7 @@ def _train(pattern: str, method: str, initial_weights=None):
     import keras
 
     from bench.anchors import StackOverflowAccumulationModel
-    from components import GradientAccumulationModel
+    from tfx_accum.components import GradientAccumulationModel
 
     build, (x, y, sw), loss, optimizer, jit = _pattern(pattern)
     keras.utils.set_random_seed(0)

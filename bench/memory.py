@@ -29,7 +29,7 @@ def main(method: str, batch: int, steps: int = 1) -> dict:
     import keras
     import numpy as np
 
-    from components import GradientAccumulationModel
+    from tfx_accum.components import GradientAccumulationModel
 
     keras.utils.set_random_seed(0)
     inputs = keras.Input((64, 64, 3))

@@ -33,7 +33,7 @@ def main(model_kind: str = "conv", repeats: int = REPEATS) -> dict:
     import keras
     import numpy as np
 
-    from components import GradientAccumulationModel
+    from tfx_accum.components import GradientAccumulationModel
 
     rng = np.random.default_rng(0)
     samples = SAMPLES[model_kind]

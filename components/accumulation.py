@@ -12,7 +12,7 @@ Example:
 
 ```python
 import keras
-from components import GradientAccumulationModel
+from tfx_accum.components import GradientAccumulationModel
 
 inputs = keras.Input((64,))
 outputs = keras.layers.Dense(10, activation="softmax")(keras.layers.Dense(32)(inputs))
@@ -40,8 +40,8 @@ import keras
 import tensorflow as tf
 from keras import tree
 
-from components import keras_adapter as adapter
-from components.settings import validate_positive_int
+from tfx_accum.components import keras_adapter as adapter
+from tfx_accum.components.settings import validate_positive_int
 
 __all__ = ["GradientAccumulationModel", "LOSS_REDUCTIONS"]
 

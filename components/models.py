@@ -20,9 +20,8 @@ from collections.abc import Sequence
 import keras
 import numpy as np
 
-from components.accumulation import GradientAccumulationModel
-
-MODEL_NAMES = ("cnn", "mlp", "densenet121")
+from tfx_accum.components.accumulation import GradientAccumulationModel
+from tfx_accum.components.settings import MODEL_NAMES
 
 
 def image_side(num_features: int, model_name: str) -> int:
@@ -40,7 +39,7 @@ def build_model(
     model_name: str,
     feature_keys: Sequence[str],
     num_classes: int,
-    gradient_accumulation_steps: int,
+    accumulation_steps: int,
     learning_rate: float,
     mean: np.ndarray | None = None,
     variance: np.ndarray | None = None,
@@ -50,10 +49,8 @@ def build_model(
     ``mean``/``variance`` (one value per feature, in ``feature_keys`` order) come from the
     training split; without them the features pass through unscaled.
     """
-    if model_name not in MODEL_NAMES:
-        raise ValueError(f"Unknown model {model_name!r}. Choose one of: {', '.join(MODEL_NAMES)}.")
-    if num_classes < 2:
-        raise ValueError(f"`num_classes` must be >= 2. Received: num_classes={num_classes}.")
+    # model_name and num_classes come validated (settings.ModelSettings).
+    assert model_name in MODEL_NAMES, model_name
     inputs = {key: keras.Input((1,), name=key, dtype="float32") for key in feature_keys}
     x = keras.layers.Concatenate(name="features")([inputs[k] for k in feature_keys])
     if mean is not None and variance is not None:
@@ -83,8 +80,8 @@ def build_model(
     model = GradientAccumulationModel(
         inputs=inputs,
         outputs=outputs,
-        gradient_accumulation_steps=gradient_accumulation_steps,
-        name=f"{model_name}_ga{gradient_accumulation_steps}",
+        gradient_accumulation_steps=accumulation_steps,
+        name=f"{model_name}_ga{accumulation_steps}",
     )
     model.compile(
         optimizer=keras.optimizers.Adam(learning_rate),

@@ -1,14 +1,56 @@
 """Names, defaults and validation of every setting, in one place.
 
-The command line, the pipeline's ``custom_config``, the Tuner and Trainer modules and
-the model all read their defaults and checks from here.
+The command line, the pipeline's ``custom_config``, the Tuner and Trainer modules and the
+model read their defaults and checks from here (the search space's own defaults are the
+fields of :class:`~tfx_accum.components.search_space.SearchSpace`). Words mean one thing:
+``accumulation_steps`` is ``k``, the micro-batches per optimizer update; ``train_steps`` is
+the number of optimizer updates the Trainer makes.
+
+Importing this module is cheap (no TensorFlow), so the command line can use it.
+
+Example:
+
+```python
+hp = Hyperparameters.from_values({"accumulation_steps": 4, "micro_batch_size": 32,
+                                  "learning_rate": 1e-3})
+hp.effective_batch  # 128
+ModelSettings.from_custom_config({"model": "mlp", "num_classes": 3})
+```
 """
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from typing import Any
 
-__all__ = ["validate_positive_int"]
+__all__ = [
+    "ACCURACY_THRESHOLD",
+    "DEFAULT_MODEL",
+    "EVAL_BATCH",
+    "HP_ACCUMULATION_STEPS",
+    "HP_LEARNING_RATE",
+    "HP_MICRO_BATCH_SIZE",
+    "Hyperparameters",
+    "LABEL_KEY",
+    "MODEL_NAMES",
+    "ModelSettings",
+    "TRAIN_STEPS",
+    "validate_positive_int",
+]
+
+# The three hyperparameters the Tuner searches jointly and the Trainer uses.
+HP_ACCUMULATION_STEPS = "accumulation_steps"
+HP_MICRO_BATCH_SIZE = "micro_batch_size"
+HP_LEARNING_RATE = "learning_rate"
+
+MODEL_NAMES = ("cnn", "mlp", "densenet121")
+DEFAULT_MODEL = "cnn"
+LABEL_KEY = "label"
+DEFAULT_NUM_CLASSES = 10  # the digits; a local run infers it from the data
+TRAIN_STEPS = 300  # Trainer optimizer updates, each one whole effective batch
+ACCURACY_THRESHOLD = 0.95  # Evaluator's gate on eval-split accuracy
+EVAL_BATCH = 256  # batch size of validation passes (no gradients: not tuned)
 
 
 def validate_positive_int(name: str, value: Any, hint: str | None = None) -> int:
@@ -27,3 +69,85 @@ def validate_positive_int(name: str, value: Any, hint: str | None = None) -> int
     if value < 1:
         raise ValueError(f"`{name}` must be an int >= 1{suffix}. Received: {name}={value}.")
     return value
+
+
+def validate_positive_float(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ValueError(f"`{name}` must be a positive number. Received: {name}={value!r}.")
+    if value <= 0:
+        raise ValueError(f"`{name}` must be a positive number. Received: {name}={value!r}.")
+    return float(value)
+
+
+@dataclasses.dataclass(frozen=True)
+class Hyperparameters:
+    """One trial's (or the Trainer's) accumulation steps, micro-batch and learning rate.
+
+    The defaults are what the Trainer uses with tuning switched off.
+    """
+
+    accumulation_steps: int = 4
+    micro_batch_size: int = 16
+    learning_rate: float = 3e-3
+
+    def __post_init__(self) -> None:
+        for name in (HP_ACCUMULATION_STEPS, HP_MICRO_BATCH_SIZE):
+            object.__setattr__(self, name, validate_positive_int(name, getattr(self, name)))
+        object.__setattr__(
+            self, HP_LEARNING_RATE, validate_positive_float(HP_LEARNING_RATE, self.learning_rate)
+        )
+
+    @property
+    def effective_batch(self) -> int:
+        return self.accumulation_steps * self.micro_batch_size
+
+    def to_values(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_values(cls, values: dict[str, Any]) -> Hyperparameters:
+        """From a Keras Tuner ``values`` dict (other entries, like Hyperband's, ignored)."""
+        missing = [f.name for f in dataclasses.fields(cls) if f.name not in values]
+        if missing:
+            raise ValueError(
+                f"Hyperparameters {missing} are missing (got {sorted(values)}); the Tuner's "
+                "best_hyperparameters must come from this project's tuner_fn."
+            )
+        return cls(**{f.name: values[f.name] for f in dataclasses.fields(cls)})
+
+    def describe(self) -> str:
+        return (
+            f"accumulation_steps={self.accumulation_steps} "
+            f"micro_batch={self.micro_batch_size} lr={self.learning_rate:.3g} "
+            f"(effective batch {self.effective_batch})"
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelSettings:
+    """What the Tuner and Trainer modules need to build the model, from ``custom_config``."""
+
+    model: str = DEFAULT_MODEL
+    num_classes: int = DEFAULT_NUM_CLASSES
+    label_key: str = LABEL_KEY
+
+    def __post_init__(self) -> None:
+        if self.model not in MODEL_NAMES:
+            raise ValueError(
+                f"`model` must be one of {', '.join(MODEL_NAMES)}. Received: model={self.model!r}."
+            )
+        validate_positive_int("num_classes", self.num_classes)
+        if self.num_classes < 2:
+            raise ValueError(
+                f"`num_classes` must be >= 2. Received: num_classes={self.num_classes}."
+            )
+        if not isinstance(self.label_key, str) or not self.label_key:
+            raise ValueError(f"`label_key` must be a column name. Received: {self.label_key!r}.")
+
+    def to_custom_config(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_custom_config(cls, config: dict[str, Any] | None) -> ModelSettings:
+        config = config or {}
+        return cls(**{f.name: config[f.name] for f in dataclasses.fields(cls) if f.name in config})

@@ -11,11 +11,12 @@ multiple of ``R * m`` above ``B`` otherwise (logged). ``k = 1`` with ``R`` repli
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import math
 import os
 
-import tensorflow as tf
+from tfx_accum.components.settings import validate_positive_int
 
 _TPU_ENV_VARS = (
     "TPU_NAME",
@@ -40,16 +41,14 @@ class ReplicaPlan:
         return self.replicas * self.per_replica_batch
 
 
-def replica_plan(steps: int, micro_batch_size: int, replicas: int) -> ReplicaPlan:
-    """How ``k`` micro-batches of ``m`` are shared among ``replicas`` devices."""
-    for name, value in (
-        ("steps", steps),
-        ("micro_batch_size", micro_batch_size),
-        ("replicas", replicas),
-    ):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"`{name}` must be an int >= 1. Received: {name}={value!r}.")
-    return ReplicaPlan(replicas, math.ceil(steps / replicas), micro_batch_size)
+@functools.lru_cache(maxsize=256)
+def replica_plan(accumulation_steps: int, micro_batch_size: int, replicas: int) -> ReplicaPlan:
+    """How ``k`` micro-batches of ``m`` are shared among ``replicas`` devices.
+
+    The one place of this arithmetic: the Tuner (per trial) and the Trainer call it.
+    """
+    validate_positive_int("replicas", replicas)
+    return ReplicaPlan(replicas, math.ceil(accumulation_steps / replicas), micro_batch_size)
 
 
 def strategy_kind(num_gpus: int, tpu_present: bool) -> str:
@@ -69,8 +68,10 @@ def _tpu_present() -> bool:
     )
 
 
-def choose_strategy() -> tf.distribute.Strategy:
-    """The strategy for the devices this process sees (a Kubeflow pod, a laptop, ...)."""
+def choose_strategy():
+    """The ``tf.distribute`` strategy for the devices this process sees (a pod, a laptop)."""
+    import tensorflow as tf
+
     kind = strategy_kind(len(tf.config.list_physical_devices("GPU")), _tpu_present())
     if kind == "tpu":
         resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu="local")

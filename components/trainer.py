@@ -1,9 +1,11 @@
 """TFX Trainer module: trains the GA model with the tuned (or fixed) hyperparameters.
 
-Referenced from the pipeline as ``run_fn="components.trainer.run_fn"``.
+Referenced from the pipeline as ``run_fn="tfx_accum.components.trainer.run_fn"``.
 
 - Hyperparameters: the Tuner's best ones (``fn_args.hyperparameters``), or
-  ``custom_config["hyperparameters"]`` when tuning is switched off.
+  ``custom_config["hyperparameters"]`` when tuning is switched off (see
+  :class:`~tfx_accum.components.settings.Hyperparameters`). It does not depend on the
+  Tuner module.
 - ``train_steps`` counts **optimizer updates** (each one is a whole effective batch of
   ``k * m`` examples), not micro-batches.
 - The strategy follows the devices present (TPU, several GPUs, else default) and the batch
@@ -16,43 +18,60 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import Any
+import time
 
 import keras
 import tensorflow as tf
 from tfx import v1 as tfx
 
-from components.data import batched, feature_spec, load_schema, load_splits
-from components.export import export_serving_model
-from components.models import build_model
-from components.strategy import choose_strategy, replica_plan
-from components.tuner import EVAL_BATCH, HP_LR, HP_MICRO, HP_STEPS, settings_from_custom_config
+from tfx_accum import console
+from tfx_accum.components.data import batched, feature_spec, load_schema, load_splits
+from tfx_accum.components.export import export_serving_model
+from tfx_accum.components.models import build_model
+from tfx_accum.components.settings import EVAL_BATCH, Hyperparameters, ModelSettings
+from tfx_accum.components.strategy import choose_strategy, replica_plan
 
-DEFAULT_HYPERPARAMETERS = {HP_STEPS: 4, HP_MICRO: 32, HP_LR: 1e-3}
 
-
-def resolve_hyperparameters(fn_args) -> dict[str, Any]:
-    """Best Tuner values if present, else custom_config's fixed ones, else the defaults."""
-    values = dict(DEFAULT_HYPERPARAMETERS)
+def resolve_hyperparameters(fn_args) -> Hyperparameters:
+    """The Tuner's best values if there are any, else ``custom_config["hyperparameters"]``."""
     if fn_args.hyperparameters:
         config = fn_args.hyperparameters
-        values.update(config.get("values", config))
-        source = "Tuner"
+        hp, source = Hyperparameters.from_values(config.get("values", config)), "Tuner"
     else:
-        values.update((fn_args.custom_config or {}).get("hyperparameters") or {})
-        source = "fixed (tuning off)"
-    steps, micro, lr = values[HP_STEPS], values[HP_MICRO], values[HP_LR]
-    for name, value in ((HP_STEPS, steps), (HP_MICRO, micro)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"Hyperparameter `{name}` must be an int >= 1, got {value!r}.")
-    if not isinstance(lr, int | float) or lr <= 0:
-        raise ValueError(f"Hyperparameter `{HP_LR}` must be a positive number, got {lr!r}.")
-    print(
-        f"[trainer] hyperparameters ({source}): steps={steps} micro_batch={micro} "
-        f"lr={lr:.3g} -> effective batch {steps * micro}",
-        flush=True,
-    )
-    return {HP_STEPS: steps, HP_MICRO: micro, HP_LR: float(lr)}
+        fixed = (fn_args.custom_config or {}).get("hyperparameters") or {}
+        hp, source = Hyperparameters(**fixed), "fixed (tuning off)"
+    console.say(f"[trainer] hyperparameters ({source}): {hp.describe()}")
+    return hp
+
+
+class ProgressLine(keras.callbacks.Callback):
+    """A progress line every ``every`` optimizer updates, with examples per second."""
+
+    def __init__(self, total_updates: int, batch: int, lines: int = 4):
+        super().__init__()
+        self.total, self.batch = total_updates, batch
+        self.every = max(1, math.ceil(total_updates / lines))
+        self.done = 0
+        self._start = self._last = 0.0
+        self._last_done = 0
+
+    def on_train_begin(self, logs=None):
+        if not self._start:
+            self._start = self._last = time.monotonic()
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.done += 1
+        if self.done % self.every and self.done != self.total:
+            return
+        now = time.monotonic()
+        rate = (self.done - self._last_done) * self.batch / max(now - self._last, 1e-9)
+        self._last, self._last_done = now, self.done
+        loss = (logs or {}).get("loss")
+        loss_text = f", loss {float(loss):.4f}" if loss is not None else ""
+        console.say(
+            f"[trainer] {self.done}/{self.total} updates ({100 * self.done // self.total}%)"
+            f"{loss_text}, {rate:,.0f} examples/s"
+        )
 
 
 def epoch_plan(train_steps: int, steps_per_epoch: int) -> list[int]:
@@ -66,26 +85,26 @@ def epoch_plan(train_steps: int, steps_per_epoch: int) -> list[int]:
 
 def run_fn(fn_args: tfx.components.FnArgs) -> None:
     """TFX entry point: train, log to TensorBoard, export the serving model."""
-    settings = settings_from_custom_config(fn_args.custom_config)
+    settings = ModelSettings.from_custom_config(fn_args.custom_config)
     hp = resolve_hyperparameters(fn_args)
     strategy = choose_strategy()
-    plan = replica_plan(hp[HP_STEPS], hp[HP_MICRO], strategy.num_replicas_in_sync)
-    if plan.global_batch != hp[HP_STEPS] * hp[HP_MICRO]:
+    plan = replica_plan(hp.accumulation_steps, hp.micro_batch_size, strategy.num_replicas_in_sync)
+    if plan.global_batch != hp.effective_batch:
         logging.warning(
             "With %d replicas the global batch is %d (not %d x %d).",
             plan.replicas,
             plan.global_batch,
-            hp[HP_STEPS],
-            hp[HP_MICRO],
+            hp.accumulation_steps,
+            hp.micro_batch_size,
         )
-    splits = load_splits(fn_args, settings["label_key"])
+    splits = load_splits(fn_args, settings.label_key)
     with strategy.scope():
         model = build_model(
-            settings["model"],
+            settings.model,
             splits.keys,
-            settings["num_classes"],
+            settings.num_classes,
             plan.steps_per_replica,
-            hp[HP_LR],
+            hp.learning_rate,
             splits.mean,
             splits.variance,
         )
@@ -94,13 +113,15 @@ def run_fn(fn_args: tfx.components.FnArgs) -> None:
     train = batched(splits.train, plan.global_batch, shuffle_seed=0, drop_remainder=tpu)
     validation = splits.eval.batch(EVAL_BATCH, drop_remainder=tpu)
     nominal_epoch = max(1, math.ceil(splits.train_size / plan.global_batch))
-    callbacks = [keras.callbacks.TensorBoard(log_dir=fn_args.model_run_dir, update_freq="epoch")]
     epochs = epoch_plan(fn_args.train_steps, nominal_epoch)
-    print(
+    callbacks = [
+        keras.callbacks.TensorBoard(log_dir=fn_args.model_run_dir, update_freq="epoch"),
+        ProgressLine(fn_args.train_steps, plan.global_batch),
+    ]
+    console.say(
         f"[trainer] {fn_args.train_steps} optimizer updates at global batch "
         f"{plan.global_batch} ({len(epochs)} epochs, {strategy.num_replicas_in_sync} "
-        f"replica(s))",
-        flush=True,
+        f"replica(s))"
     )
     history: dict[str, list[float]] = {}
     # Whole epochs in one fit call, so that one shuffled input stream runs through them; a
@@ -121,10 +142,9 @@ def run_fn(fn_args: tfx.components.FnArgs) -> None:
         )
         for key, values in result.history.items():
             history.setdefault(key, []).extend(values)
-    print(
+    console.say(
         f"[trainer] done: loss {history['loss'][-1]:.4f}, val_accuracy "
-        f"{history['val_accuracy'][-1]:.4f} after {int(model.optimizer.iterations)} updates",
-        flush=True,
+        f"{history['val_accuracy'][-1]:.4f} after {int(model.optimizer.iterations)} updates"
     )
     schema = load_schema(fn_args.schema_path)
     export_serving_model(model, feature_spec(schema, splits.keys), fn_args.serving_model_dir)

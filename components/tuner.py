@@ -1,8 +1,8 @@
 """TFX Tuner module: Keras Tuner searches accumulation steps, micro-batch and learning rate.
 
-Referenced from the pipeline as ``tuner_fn="components.tuner.tuner_fn"``.
+Referenced from the pipeline as ``tuner_fn="tfx_accum.components.tuner.tuner_fn"``.
 
-The three hyperparameters are searched jointly: ``gradient_accumulation_steps`` (k),
+The three hyperparameters are searched jointly: ``accumulation_steps`` (k),
 ``micro_batch_size`` (m) and ``learning_rate``; a trial's effective batch is ``k * m``.
 TFX batches its datasets once, so :class:`AccumulationHyperModel` batches the data itself
 in ``fit`` (tfx #3591).
@@ -25,16 +25,20 @@ import keras_tuner
 import tensorflow as tf
 from tfx import v1 as tfx
 
-from components.data import Splits, batched, load_splits
-from components.models import MODEL_NAMES, build_model
-from components.search_space import SearchSpace
-from components.strategy import choose_strategy, replica_plan
+from tfx_accum import console
+from tfx_accum.components.data import Splits, batched, load_splits
+from tfx_accum.components.models import build_model
+from tfx_accum.components.search_space import SearchSpace
+from tfx_accum.components.settings import (
+    EVAL_BATCH,
+    HP_ACCUMULATION_STEPS,
+    HP_LEARNING_RATE,
+    HP_MICRO_BATCH_SIZE,
+    ModelSettings,
+)
+from tfx_accum.components.strategy import choose_strategy, replica_plan
 
 OBJECTIVE = "val_accuracy"
-HP_STEPS = "gradient_accumulation_steps"
-HP_MICRO = "micro_batch_size"
-HP_LR = "learning_rate"
-EVAL_BATCH = 256
 
 
 class AccumulationHyperModel(keras_tuner.HyperModel):
@@ -56,10 +60,15 @@ class AccumulationHyperModel(keras_tuner.HyperModel):
         self.replicas = replicas
 
     def declare(self, hp: keras_tuner.HyperParameters) -> tuple[int, int, float]:
-        steps = hp.Choice(HP_STEPS, list(self.space.steps_choices), ordered=True)
-        micro = hp.Choice(HP_MICRO, list(self.space.micro_batch_choices), ordered=True)
+        steps = hp.Choice(
+            HP_ACCUMULATION_STEPS, list(self.space.accumulation_steps_choices), ordered=True
+        )
+        micro = hp.Choice(HP_MICRO_BATCH_SIZE, list(self.space.micro_batch_choices), ordered=True)
         lr = hp.Float(
-            HP_LR, self.space.learning_rate_min, self.space.learning_rate_max, sampling="log"
+            HP_LEARNING_RATE,
+            self.space.learning_rate_min,
+            self.space.learning_rate_max,
+            sampling="log",
         )
         return steps, micro, lr
 
@@ -77,7 +86,7 @@ class AccumulationHyperModel(keras_tuner.HyperModel):
         )
 
     def fit(self, hp: keras_tuner.HyperParameters, model, *args, **kwargs):
-        steps, micro = hp.get(HP_STEPS), hp.get(HP_MICRO)
+        steps, micro = hp.get(HP_ACCUMULATION_STEPS), hp.get(HP_MICRO_BATCH_SIZE)
         plan = replica_plan(steps, micro, self.replicas)
         batch = plan.global_batch
         limit = self.space.max_effective_batch
@@ -112,16 +121,16 @@ class _ReportingMixin:
     def on_trial_end(self, trial):
         super().on_trial_end(trial)
         values = trial.hyperparameters.values
-        steps, micro, lr = values.get(HP_STEPS), values.get(HP_MICRO), values.get(HP_LR)
+        steps, micro = values.get(HP_ACCUMULATION_STEPS), values.get(HP_MICRO_BATCH_SIZE)
+        lr = values.get(HP_LEARNING_RATE)
         effective = steps * micro if steps and micro else "?"
         score = f"{OBJECTIVE}={trial.score:.4f}" if trial.score is not None else "no score"
         message = ""
         if trial.status != "COMPLETED" and trial.message:
             message = " - " + trial.message.strip().splitlines()[-1][:160]
-        print(
-            f"[tuner] trial {trial.trial_id}: steps={steps} micro_batch={micro} "
-            f"lr={lr:.2e} (effective batch {effective}) -> {score} [{trial.status}]{message}",
-            flush=True,
+        console.say(
+            f"[tuner] trial {trial.trial_id}: accumulation_steps={steps} micro_batch={micro} "
+            f"lr={lr:.2e} (effective batch {effective}) -> {score} [{trial.status}]{message}"
         )
 
     def search(self, *args, **kwargs):
@@ -178,39 +187,23 @@ def make_tuner(
     return Hyperband(max_epochs=space.tuning_epochs, factor=3, hyperband_iterations=1, **common)
 
 
-def settings_from_custom_config(custom_config: dict | None) -> dict[str, Any]:
-    """Model settings shared by the Tuner and Trainer modules, validated."""
-    config = dict(custom_config or {})
-    model_name = config.get("model", "cnn")
-    if model_name not in MODEL_NAMES:
-        raise ValueError(f"custom_config['model']={model_name!r}; choose one of {MODEL_NAMES}.")
-    num_classes = config.get("num_classes", 10)
-    if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 2:
-        raise ValueError(f"custom_config['num_classes'] must be an int >= 2, got {num_classes!r}.")
-    return {
-        "model": model_name,
-        "num_classes": num_classes,
-        "label_key": config.get("label_key", "label"),
-    }
-
-
 def tuner_fn(fn_args: tfx.components.FnArgs) -> tfx.components.TunerFnResult:
     """TFX entry point: returns the tuner and the arguments of ``tuner.search``."""
     logging.getLogger("keras_tuner").setLevel(logging.WARNING)
-    settings = settings_from_custom_config(fn_args.custom_config)
+    settings = ModelSettings.from_custom_config(fn_args.custom_config)
     space = SearchSpace.from_config((fn_args.custom_config or {}).get("search_space"))
     strategy = choose_strategy()
-    splits = load_splits(fn_args, settings["label_key"])
-    print(
-        f"[tuner] {space.algorithm} search over steps {list(space.steps_choices)}, "
+    splits = load_splits(fn_args, settings.label_key)
+    console.say(
+        f"[tuner] {space.algorithm} search over accumulation steps "
+        f"{list(space.accumulation_steps_choices)}, "
         f"micro-batch {list(space.micro_batch_choices)}, learning rate "
         f"[{space.learning_rate_min:g}, {space.learning_rate_max:g}] (log); "
         f"budget {space.tuning_epochs} x "
-        f"{space.examples_per_epoch or splits.train_size} examples per trial",
-        flush=True,
+        f"{space.examples_per_epoch or splits.train_size} examples per trial"
     )
     hypermodel = AccumulationHyperModel(
-        space, splits, settings["model"], settings["num_classes"], strategy.num_replicas_in_sync
+        space, splits, settings.model, settings.num_classes, strategy.num_replicas_in_sync
     )
     tuner = make_tuner(
         space,

@@ -3,13 +3,13 @@
 Heavy TFX imports happen in the submodules, so ``import pipeline`` stays cheap.
 """
 
-from pipeline.errors import InputError
+from tfx_accum.pipeline.errors import InputError
 
 __all__ = ["InputError", "create_pipeline"]
 
 
 def create_pipeline(*args, **kwargs):
     """See :func:`pipeline.pipeline.create_pipeline` (imported lazily: TFX is heavy)."""
-    from pipeline.pipeline import create_pipeline as _create
+    from tfx_accum.pipeline.pipeline import create_pipeline as _create
 
     return _create(*args, **kwargs)

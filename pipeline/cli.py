@@ -4,7 +4,7 @@ Examples:
 
     tfx-accum run                                   # embedded digits, local orchestration
     tfx-accum run --data-root my_csvs --max-trials 20 --orchestrator beam
-    tfx-accum run --no-tune --train-steps 500
+    tfx-accum run --no-tune --accumulation-steps 8 --micro-batch-size 16 --train-steps 500
     tfx-accum compile --node-pool gpu --output tfx_accum.yaml \\
         --image REGISTRY/tfx-accum:0.1.0 --pipeline-root gs://BUCKET/root \\
         --data-root gs://BUCKET/data
@@ -13,19 +13,26 @@ Examples:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 import time
 import warnings
 from collections.abc import Sequence
+from pathlib import Path
 
-# Before TensorFlow is imported (components imports it): keep its C++ INFO/WARNING quiet.
+# Before TensorFlow is imported: keep its C++ INFO/WARNING quiet.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 warnings.filterwarnings("ignore", category=FutureWarning, module=r"google\..*")
 
-from components.search_space import ALGORITHMS, SearchSpace  # noqa: E402
-from pipeline import config  # noqa: E402
-from pipeline.errors import InputError  # noqa: E402
+from tfx_accum import console  # noqa: E402
+from tfx_accum.components import settings  # noqa: E402
+from tfx_accum.components.search_space import ALGORITHMS, SearchSpace  # noqa: E402
+from tfx_accum.pipeline import config  # noqa: E402
+from tfx_accum.pipeline.errors import InputError  # noqa: E402
+
+_SPACE = SearchSpace()  # the search defaults
+_FIXED = settings.Hyperparameters()  # the --no-tune defaults
 
 
 def _int_list(text: str) -> tuple[int, ...]:
@@ -37,109 +44,150 @@ def _int_list(text: str) -> tuple[int, ...]:
         ) from None
 
 
+def _csv(values: Sequence[int]) -> str:
+    return ",".join(str(v) for v in values)
+
+
 def _add_search_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("search space (Keras Tuner)")
     group.add_argument(
         "--max-trials",
         type=int,
-        default=config.MAX_TRIALS,
+        default=_SPACE.max_trials,
         help="trials for bayesian/random search (default %(default)s)",
     )
     group.add_argument(
         "--algorithm",
         choices=ALGORITHMS,
-        default=config.ALGORITHM,
+        default=_SPACE.algorithm,
         help="search algorithm (default %(default)s)",
     )
     group.add_argument(
-        "--steps-choices",
+        "--accumulation-steps-choices",
+        "--steps-choices",  # the 0.1 name, kept as an alias for one release
+        dest="accumulation_steps_choices",
         type=_int_list,
-        default=config.STEPS_CHOICES,
-        help="gradient_accumulation_steps choices (default 1,2,4,8)",
+        default=_SPACE.accumulation_steps_choices,
+        help=f"accumulation steps (k) to try (default {_csv(_SPACE.accumulation_steps_choices)})",
     )
     group.add_argument(
         "--micro-batch-choices",
         type=_int_list,
-        default=config.MICRO_BATCH_CHOICES,
-        help="micro-batch size choices (default 8,16,32,64)",
+        default=_SPACE.micro_batch_choices,
+        help=f"micro-batch sizes (m) to try (default {_csv(_SPACE.micro_batch_choices)})",
     )
     group.add_argument(
         "--lr-min",
         type=float,
-        default=config.LEARNING_RATE_MIN,
+        default=_SPACE.learning_rate_min,
         help="smallest learning rate, log scale (default %(default)g)",
     )
     group.add_argument(
         "--lr-max",
         type=float,
-        default=config.LEARNING_RATE_MAX,
+        default=_SPACE.learning_rate_max,
         help="largest learning rate (default %(default)g)",
     )
     group.add_argument(
         "--max-effective-batch",
         type=int,
-        default=None,
-        help="skip combinations with steps x micro-batch above this",
+        default=_SPACE.max_effective_batch,
+        help="skip combinations with accumulation steps x micro-batch above this",
     )
     group.add_argument(
         "--tuning-epochs",
         type=int,
-        default=config.TUNING_EPOCHS,
+        default=_SPACE.tuning_epochs,
         help="epochs per trial; every trial sees the same number of examples (default %(default)s)",
     )
 
 
 def _add_model_options(parser: argparse.ArgumentParser) -> None:
-    from components.models import MODEL_NAMES
-
     parser.add_argument(
         "--model",
-        choices=MODEL_NAMES,
-        default=config.DEFAULT_MODEL,
+        choices=settings.MODEL_NAMES,
+        default=settings.DEFAULT_MODEL,
         help="architecture (default %(default)s; densenet121 is the StackOverflow setup)",
     )
     parser.add_argument(
         "--label-key",
-        default=config.LABEL_KEY,
+        default=settings.LABEL_KEY,
         help="name of the label column (default %(default)s)",
     )
     parser.add_argument(
         "--train-steps",
         type=int,
-        default=config.TRAIN_STEPS,
+        default=settings.TRAIN_STEPS,
         help="Trainer optimizer updates, each a whole effective batch (default %(default)s)",
     )
     parser.add_argument(
         "--accuracy-threshold",
         type=float,
-        default=config.ACCURACY_THRESHOLD,
+        default=settings.ACCURACY_THRESHOLD,
         help="eval accuracy needed to bless and push (default %(default)s)",
     )
-    parser.add_argument(
+    fixed = parser.add_argument_group("fixed hyperparameters (with --no-tune)")
+    fixed.add_argument(
         "--no-tune",
         action="store_true",
-        help="skip the Tuner; train with fixed hyperparameters (steps 4, micro-batch 16, lr 3e-3)",
+        help="skip the Tuner; train with the fixed hyperparameters below",
+    )
+    fixed.add_argument(
+        "--accumulation-steps",
+        type=int,
+        default=None,
+        help=f"accumulation steps k (default {_FIXED.accumulation_steps})",
+    )
+    fixed.add_argument(
+        "--micro-batch-size",
+        type=int,
+        default=None,
+        help=f"micro-batch size m (default {_FIXED.micro_batch_size})",
+    )
+    fixed.add_argument(
+        "--learning-rate",
+        type=float,
+        default=None,
+        help=f"learning rate (default {_FIXED.learning_rate:g})",
     )
 
 
 def search_space_from_args(args: argparse.Namespace) -> SearchSpace:
     try:
-        return _search_space(args)
+        return SearchSpace(
+            accumulation_steps_choices=args.accumulation_steps_choices,
+            micro_batch_choices=args.micro_batch_choices,
+            learning_rate_min=args.lr_min,
+            learning_rate_max=args.lr_max,
+            max_effective_batch=args.max_effective_batch,
+            algorithm=args.algorithm,
+            max_trials=args.max_trials,
+            tuning_epochs=args.tuning_epochs,
+        )
     except ValueError as error:
         raise InputError(f"invalid search space: {error}") from None
 
 
-def _search_space(args: argparse.Namespace) -> SearchSpace:
-    return SearchSpace(
-        steps_choices=args.steps_choices,
-        micro_batch_choices=args.micro_batch_choices,
-        learning_rate_min=args.lr_min,
-        learning_rate_max=args.lr_max,
-        max_effective_batch=args.max_effective_batch,
-        algorithm=args.algorithm,
-        max_trials=args.max_trials,
-        tuning_epochs=args.tuning_epochs,
-    )
+def fixed_hyperparameters(args: argparse.Namespace) -> settings.Hyperparameters | None:
+    """The --no-tune hyperparameters (defaults filled in), or None when tuning."""
+    given = {
+        name: getattr(args, name)
+        for name in (
+            settings.HP_ACCUMULATION_STEPS,
+            settings.HP_MICRO_BATCH_SIZE,
+            settings.HP_LEARNING_RATE,
+        )
+        if getattr(args, name) is not None
+    }
+    if not args.no_tune:
+        if given:
+            flags = ", ".join("--" + name.replace("_", "-") for name in given)
+            raise InputError(f"{flags} only apply with --no-tune (the Tuner chooses them).")
+        return None
+    try:
+        return dataclasses.replace(_FIXED, **given)
+    except (TypeError, ValueError) as error:
+        raise InputError(f"invalid fixed hyperparameters: {error}") from None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -170,13 +218,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="LocalDagRunner (default) or Beam's BeamDagRunner",
     )
     run.add_argument("--no-cache", action="store_true", help="disable the TFX cache")
+    run.add_argument(
+        "--verbose",
+        action="store_true",
+        help="show the libraries' output on the console too (always in the run's log file)",
+    )
     _add_model_options(run)
     _add_search_options(run)
 
     compile_ = commands.add_parser(
         "compile", help="compile the pipeline for Kubeflow Pipelines (or Vertex AI)"
     )
-    from pipeline.kubeflow import add_compile_arguments
+    from tfx_accum.pipeline.kubeflow import add_compile_arguments
 
     add_compile_arguments(compile_)
     _add_model_options(compile_)
@@ -184,12 +237,12 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def model_settings(args: argparse.Namespace) -> dict:
-    """The pipeline settings that ``run`` and ``compile`` share."""
+def pipeline_settings(args: argparse.Namespace) -> dict:
+    """``create_pipeline`` settings that ``run`` and ``compile`` share, validated."""
     return dict(
+        search_space=search_space_from_args(args),
         tune=not args.no_tune,
-        model=args.model,
-        label_key=args.label_key,
+        hyperparameters=fixed_hyperparameters(args),
         train_steps=args.train_steps,
         accuracy_threshold=args.accuracy_threshold,
     )
@@ -202,39 +255,119 @@ def _check_common(args: argparse.Namespace) -> None:
         raise InputError(f"--accuracy-threshold must be in [0, 1], got {args.accuracy_threshold}.")
 
 
-def _run(args: argparse.Namespace, space: SearchSpace) -> int:
-    from pipeline.local_runner import run_local
-    from pipeline.report import read_summary, write_trials
-
-    start = time.monotonic()
-    paths = run_local(
-        data_root=args.data_root,
-        output_dir=args.output_dir,
-        search_space=space,
-        orchestrator=args.orchestrator,
-        enable_cache=not args.no_cache,
-        **model_settings(args),
-    )
-    summary = read_summary(str(paths.metadata_path))
-    written = write_trials(summary.trials, paths.output_dir)
-    print("\n=== tfx-accum summary ===")
+def _summary_lines(summary, accuracy_threshold: float, written, seconds: float) -> list[str]:
+    lines = ["", "=== tfx-accum summary ==="]
     if summary.best_hyperparameters:
         hp = summary.best_hyperparameters
-        steps, micro = hp["gradient_accumulation_steps"], hp["micro_batch_size"]
-        print(
-            f"best trial: steps={steps} micro_batch={micro} "
-            f"learning_rate={hp['learning_rate']:.3g} effective_batch={steps * micro}"
+        lines.append(
+            f"best trial: accumulation_steps={hp.accumulation_steps} "
+            f"micro_batch={hp.micro_batch_size} learning_rate={hp.learning_rate:.3g} "
+            f"effective_batch={hp.effective_batch}"
         )
     else:
-        print("tuning: off (fixed hyperparameters)")
+        lines.append("tuning: off (fixed hyperparameters)")
     if summary.accuracy is not None:
-        print(f"evaluation accuracy: {summary.accuracy:.4f} (threshold {args.accuracy_threshold})")
-    print(f"blessed: {'yes' if summary.blessed else 'no'}")
-    print(f"pushed to: {summary.pushed_to or 'not pushed'}")
+        lines.append(
+            f"evaluation accuracy: {summary.accuracy:.4f} (threshold {accuracy_threshold})"
+        )
+    lines.append(f"blessed: {'yes' if summary.blessed else 'no'}")
+    lines.append(f"pushed to: {summary.pushed_to or 'not pushed'}")
     if written:
-        print(f"trials: {written[0]} and {written[1]}")
-    print(f"wall time: {time.monotonic() - start:.0f} s")
+        lines.append(f"trials: {written[0]} and {written[1]}")
+    lines.append(f"wall time: {seconds:.0f} s")
+    return lines
+
+
+def _run(args: argparse.Namespace) -> int:
+    from tfx_accum.pipeline.local_runner import LocalPaths, prepare_data
+
+    start = time.monotonic()
+    # Bad settings or data: exit 2 before anything is written.
+    settings_ = pipeline_settings(args)
+    output_dir = Path(args.output_dir).resolve()
+    data_root, checked = prepare_data(args.data_root, LocalPaths(output_dir), args.label_key)
+    log = output_dir / "logs" / time.strftime("run-%Y%m%d-%H%M%S.log")
+    with console.capture(log, verbose=args.verbose):
+        console.say(f"[tfx-accum] log: {log}")
+        try:
+            from tfx_accum.pipeline.local_runner import run_local
+            from tfx_accum.pipeline.report import read_summary, write_trials
+
+            paths = run_local(
+                data_root=data_root,
+                checked=checked,
+                output_dir=str(output_dir),
+                orchestrator=args.orchestrator,
+                enable_cache=not args.no_cache,
+                model_name=args.model,
+                label_key=args.label_key,
+                **settings_,
+            )
+            summary = read_summary(str(paths.metadata_path))
+            written = write_trials(summary.trials, paths.output_dir)
+        except InputError:
+            raise
+        except Exception as error:  # noqa: BLE001 - reported with its cause, then exit 1
+            cause = console.tail(8)
+            console.say(f"tfx-accum run: error: {type(error).__name__}: {error}".strip())
+            if cause:
+                console.say("last lines of the log:")
+                for line in cause:
+                    console.say(f"  {line[:200]}")
+            console.say(f"full log: {log}")
+            return 1
+        for line in _summary_lines(
+            summary, args.accuracy_threshold, written, time.monotonic() - start
+        ):
+            console.say(line)
     return 0
+
+
+def _compile(args: argparse.Namespace) -> int:
+    from tfx_accum.pipeline.kubeflow import compile_from_args
+
+    try:
+        model_settings = settings.ModelSettings(args.model, args.num_classes, args.label_key)
+    except ValueError as error:
+        raise InputError(str(error)) from None
+    return compile_from_args(args, {**pipeline_settings(args), "model_settings": model_settings})
+
+
+def options_markdown(command: str) -> str:
+    """The option table of ``tfx-accum COMMAND`` in Markdown, made from the parser itself.
+
+    The README's tables are this function's output (a test checks it), so every default is
+    written once, here in the code. Regenerate with
+    ``python -c "from tfx_accum.pipeline.cli import options_markdown as o; print(o('run'))"``.
+    """
+    subparsers = next(
+        a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)
+    )
+    rows = ["| option | default | meaning |", "| --- | --- | --- |"]
+    for action in subparsers.choices[command]._actions:
+        if not action.option_strings or action.dest == "help":
+            continue
+        flags = " / ".join(f"`{flag}`" for flag in action.option_strings)
+        if action.choices:
+            flags += " " + "\\|".join(str(c) for c in action.choices)
+        if action.required:
+            default = "required"
+        elif isinstance(action, argparse._StoreTrueAction):
+            default = "off"
+        elif action.dest in dataclasses.asdict(_FIXED):
+            default = f"{getattr(_FIXED, action.dest):g}"
+        elif action.default is None:
+            default = "none"
+        elif isinstance(action.default, tuple):
+            default = _csv(action.default)
+        else:
+            default = (
+                f"{action.default:g}" if isinstance(action.default, float) else str(action.default)
+            )
+        meaning = (action.help or "").replace("%(default)s", default)
+        meaning = meaning.replace("%(default)g", default).replace("|", "\\|")
+        rows.append(f"| {flags} | {default} | {meaning} |")
+    return "\n".join(rows)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -242,12 +375,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         _check_common(args)
-        space = search_space_from_args(args)
-        if args.command == "run":
-            return _run(args, space)
-        from pipeline.kubeflow import compile_from_args
-
-        return compile_from_args(args, space, model_settings(args))
+        return _run(args) if args.command == "run" else _compile(args)
     except InputError as error:  # bad input: a clear message, no traceback
         print(f"tfx-accum {args.command}: error: {error}", file=sys.stderr)
         return 2

@@ -12,8 +12,8 @@ import dataclasses
 import math
 from pathlib import Path
 
-from pipeline.errors import InputError
-from pipeline.files import atomic_write_text
+from tfx_accum.pipeline.errors import InputError
+from tfx_accum.pipeline.files import atomic_write_text
 
 DIGITS_FILE = "digits.csv"
 

@@ -21,12 +21,15 @@ from typing import Any
 
 import yaml
 
-from components.search_space import SearchSpace
-from pipeline import config
-from pipeline.errors import InputError
-from pipeline.files import atomic_write_text
+from tfx_accum import console
+from tfx_accum.components.search_space import SearchSpace
+from tfx_accum.components.settings import DEFAULT_NUM_CLASSES
+from tfx_accum.pipeline import config
+from tfx_accum.pipeline.errors import InputError
+from tfx_accum.pipeline.files import atomic_write_text
 
-PROFILES_FILE = Path(__file__).resolve().parents[1] / "kubeflow" / "node_pools.yaml"
+# Shipped as package data (kubeflow/node_pools.yaml in the repository).
+PROFILES_RESOURCE = ("tfx_accum.kubeflow", "node_pools.yaml")
 TARGETS = ("kfp", "vertex")
 ACCELERATED_COMPONENTS = ("Tuner", "Trainer")
 RESOURCE_NAMES = {"gpu": "nvidia.com/gpu", "tpu": "google.com/tpu"}
@@ -139,11 +142,19 @@ def _profile(name: str, raw: Any, known: list[str]) -> NodePool:
     )
 
 
-def _read_profiles_file(path: Path) -> dict[str, Any]:
-    if not path.is_file():
+def _read_profiles_file(path: Path | None) -> dict[str, Any]:
+    """One profiles file; ``None`` reads the built-in profiles shipped with the package."""
+    if path is None:
+        from importlib import resources
+
+        package, name = PROFILES_RESOURCE
+        path, text = Path(name), resources.files(package).joinpath(name).read_text()
+    elif not path.is_file():
         raise ProfileError(f"Profiles file {str(path)!r} does not exist.")
+    else:
+        text = path.read_text()
     try:
-        data = yaml.safe_load(path.read_text()) or {}
+        data = yaml.safe_load(text) or {}
     except yaml.YAMLError as error:
         raise ProfileError(f"Profiles file {str(path)!r} is not valid YAML: {error}") from None
     if not isinstance(data, dict):
@@ -153,7 +164,7 @@ def _read_profiles_file(path: Path) -> dict[str, Any]:
 
 def load_profiles(extra_file: str | Path | None = None) -> dict[str, NodePool]:
     """The built-in profiles plus (overriding) those of ``extra_file``, all validated."""
-    raw = _read_profiles_file(PROFILES_FILE)
+    raw = _read_profiles_file(None)
     if extra_file is not None:
         raw.update(_read_profiles_file(Path(extra_file)))
     known = sorted(raw)
@@ -237,14 +248,14 @@ def compile_pipeline(
     search_space: SearchSpace,
     target: str = "kfp",
     profiles_file: str | None = None,
-    tune: bool = True,
-    model: str = config.DEFAULT_MODEL,
-    num_classes: int = 10,
-    label_key: str = config.LABEL_KEY,
-    train_steps: int = config.TRAIN_STEPS,
-    accuracy_threshold: float = config.ACCURACY_THRESHOLD,
+    **pipeline_settings: Any,
 ) -> Path:
-    """Validates everything, compiles, and writes ``output`` atomically; returns its path."""
+    """Validates everything, compiles, and writes ``output`` atomically; returns its path.
+
+    ``pipeline_settings`` are :func:`~tfx_accum.pipeline.pipeline.create_pipeline`'s
+    keyword arguments (``tune``, ``hyperparameters``, ``model_settings``, ``train_steps``,
+    ``accuracy_threshold``), the same as for a local run.
+    """
     if target not in TARGETS:
         raise InputError(f"--target must be one of {TARGETS}, got {target!r}.")
     pool = get_profile(node_pool, profiles_file)
@@ -267,7 +278,7 @@ def compile_pipeline(
 
     from tfx import v1 as tfx
 
-    from pipeline.pipeline import create_pipeline
+    from tfx_accum.pipeline.pipeline import create_pipeline
 
     pipeline = create_pipeline(
         pipeline_name=config.PIPELINE_NAME,
@@ -275,12 +286,7 @@ def compile_pipeline(
         data_root=data_root,
         serving_model_dir=f"{pipeline_root}/serving_model",
         search_space=search_space,
-        tune=tune,
-        model=model,
-        num_classes=num_classes,
-        label_key=label_key,
-        train_steps=train_steps,
-        accuracy_threshold=accuracy_threshold,
+        **pipeline_settings,
         metadata_path=None,
     )
     accelerated = []
@@ -357,26 +363,22 @@ def add_compile_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--num-classes",
         type=int,
-        default=10,
+        default=DEFAULT_NUM_CLASSES,
         help="number of classes in the label column (default %(default)s)",
     )
 
 
-def compile_from_args(
-    args: argparse.Namespace, search_space: SearchSpace, settings: dict[str, Any]
-) -> int:
-    """``tfx-accum compile``: ``settings`` are the model settings shared with ``run``."""
+def compile_from_args(args: argparse.Namespace, settings: dict[str, Any]) -> int:
+    """``tfx-accum compile``: ``settings`` are ``create_pipeline``'s, as for ``run``."""
     path = compile_pipeline(
         node_pool=args.node_pool,
         output=args.output,
         image=args.image,
         pipeline_root=args.pipeline_root,
         data_root=args.data_root,
-        search_space=search_space,
         target=args.target,
         profiles_file=args.profiles,
-        num_classes=args.num_classes,
         **settings,
     )
-    print(f"[compile] wrote {path} for {args.target} (node pool {args.node_pool})")
+    console.say(f"[compile] wrote {path} for {args.target} (node pool {args.node_pool})")
     return 0

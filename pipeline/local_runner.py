@@ -13,11 +13,13 @@ import re
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
-from components.search_space import SearchSpace
-from pipeline import config
-from pipeline.data import CsvSummary, validate_csv_dir, write_embedded_digits
-from pipeline.errors import InputError
+from tfx_accum import console
+from tfx_accum.components.settings import DEFAULT_MODEL, LABEL_KEY, ModelSettings
+from tfx_accum.pipeline import config
+from tfx_accum.pipeline.data import CsvSummary, validate_csv_dir, write_embedded_digits
+from tfx_accum.pipeline.errors import InputError
 
 ORCHESTRATORS = ("local", "beam")
 
@@ -63,14 +65,14 @@ class _ProgressHandler(logging.Handler):
         if match := self._RUNNING.match(message):
             self._current = match.group(1)
             self._started[self._current] = time.monotonic()
-            print(f"[pipeline] {self._current} running ...", flush=True)
+            console.say(f"[pipeline] {self._current} running ...")
         elif message.startswith("A cached execution") and self._current:
             self._cached.add(self._current)
         elif match := self._FINISHED.match(message):
             name = match.group(1)
             elapsed = time.monotonic() - self._started.get(name, time.monotonic())
             how = "served from cache" if name in self._cached else "done"
-            print(f"[pipeline] {name} {how} ({elapsed:.1f} s)", flush=True)
+            console.say(f"[pipeline] {name} {how} ({elapsed:.1f} s)")
 
 
 def _install_progress() -> _ProgressHandler:
@@ -101,12 +103,11 @@ def prepare_data(
     """The data root to use (embedded digits when None), validated before anything runs."""
     if data_root is None:
         data_root = str(write_embedded_digits(paths.embedded_data_dir))
-        print(f"[data] no --data-root given: using the embedded digits ({data_root})", flush=True)
+        console.say(f"[data] no --data-root given: using the embedded digits ({data_root})")
     summary = validate_csv_dir(data_root, label_key)
-    print(
+    console.say(
         f"[data] {len(summary.files)} CSV file(s), {summary.rows} rows, "
-        f"{len(summary.columns) - 1} features, {summary.num_classes} classes",
-        flush=True,
+        f"{len(summary.columns) - 1} features, {summary.num_classes} classes"
     )
     return str(Path(data_root).resolve()), summary
 
@@ -115,38 +116,43 @@ def run_local(
     *,
     data_root: str | None,
     output_dir: str,
-    search_space: SearchSpace,
-    tune: bool = True,
     orchestrator: str = "local",
-    model: str = config.DEFAULT_MODEL,
-    label_key: str = config.LABEL_KEY,
-    train_steps: int = config.TRAIN_STEPS,
-    accuracy_threshold: float = config.ACCURACY_THRESHOLD,
+    model_name: str = DEFAULT_MODEL,
+    label_key: str = LABEL_KEY,
     enable_cache: bool = True,
+    checked: CsvSummary | None = None,
+    **pipeline_settings: Any,
 ) -> LocalPaths:
-    """Validates the inputs, then builds and runs the pipeline; returns where it wrote."""
+    """Validates the inputs, then builds and runs the pipeline; returns where it wrote.
+
+    ``pipeline_settings`` are :func:`create_pipeline`'s (``search_space``, ``tune``,
+    ``hyperparameters``, ``train_steps``, ``accuracy_threshold``); the number of classes
+    comes from the data. ``checked``: the summary of a ``data_root`` already checked
+    with :func:`prepare_data`, so that it is not read twice.
+    """
     if orchestrator not in ORCHESTRATORS:
         raise InputError(f"`orchestrator` must be one of {ORCHESTRATORS}, got {orchestrator!r}.")
     paths = LocalPaths(Path(output_dir).resolve())
     paths.output_dir.mkdir(parents=True, exist_ok=True)
-    data_root, summary = prepare_data(data_root, paths, label_key)
+    if checked is None:
+        data_root, checked = prepare_data(data_root, paths, label_key)
+    summary = checked
+    try:
+        model_settings = ModelSettings(model_name, summary.num_classes, label_key)
+    except ValueError as error:
+        raise InputError(str(error)) from None
 
-    from pipeline.pipeline import create_pipeline
+    from tfx_accum.pipeline.pipeline import create_pipeline
 
     pipeline = create_pipeline(
         pipeline_name=config.PIPELINE_NAME,
         pipeline_root=str(paths.pipeline_root),
         data_root=data_root,
         serving_model_dir=str(paths.serving_model_dir),
-        search_space=search_space,
-        tune=tune,
-        model=model,
-        num_classes=summary.num_classes,
-        label_key=label_key,
-        train_steps=train_steps,
-        accuracy_threshold=accuracy_threshold,
+        model_settings=model_settings,
         metadata_path=str(paths.metadata_path),
         enable_cache=enable_cache,
+        **pipeline_settings,
     )
     _install_progress()
     if orchestrator == "beam":
@@ -157,10 +163,9 @@ def run_local(
         from tfx import v1 as tfx
 
         runner = tfx.orchestration.LocalDagRunner()
-    print(
+    console.say(
         f"[pipeline] {len(pipeline.components)} components with {orchestrator} orchestration; "
-        f"outputs under {paths.output_dir}",
-        flush=True,
+        f"outputs under {paths.output_dir}"
     )
     runner.run(pipeline)
     return paths

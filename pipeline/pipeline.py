@@ -15,12 +15,18 @@ import tensorflow_model_analysis as tfma
 from tfx import v1 as tfx
 from tfx.proto import example_gen_pb2
 
-from components.export import OUTPUT_KEY, SERVING_SIGNATURE
-from components.search_space import SearchSpace
-from pipeline import config
+from tfx_accum.components.export import OUTPUT_KEY, SERVING_SIGNATURE
+from tfx_accum.components.search_space import SearchSpace
+from tfx_accum.components.settings import (
+    ACCURACY_THRESHOLD,
+    TRAIN_STEPS,
+    Hyperparameters,
+    ModelSettings,
+)
+from tfx_accum.pipeline import config
 
-TUNER_FN = "components.tuner.tuner_fn"
-RUN_FN = "components.trainer.run_fn"
+TUNER_FN = "tfx_accum.components.tuner.tuner_fn"
+RUN_FN = "tfx_accum.components.trainer.run_fn"
 
 
 def eval_config(label_key: str, accuracy_threshold: float) -> tfma.EvalConfig:
@@ -58,20 +64,23 @@ def create_pipeline(
     *,
     search_space: SearchSpace | None = None,
     tune: bool = True,
-    fixed_hyperparameters: dict[str, Any] | None = None,
-    model: str = config.DEFAULT_MODEL,
-    num_classes: int = 10,
-    label_key: str = config.LABEL_KEY,
-    train_steps: int = config.TRAIN_STEPS,
-    eval_steps: int = config.EVAL_STEPS,
-    accuracy_threshold: float = config.ACCURACY_THRESHOLD,
+    hyperparameters: Hyperparameters | None = None,
+    model_settings: ModelSettings | None = None,
+    train_steps: int = TRAIN_STEPS,
+    accuracy_threshold: float = ACCURACY_THRESHOLD,
     metadata_path: str | None = None,
     beam_pipeline_args: Sequence[str] = config.BEAM_PIPELINE_ARGS,
     enable_cache: bool = True,
 ) -> tfx.dsl.Pipeline:
-    """Builds the pipeline. ``metadata_path=None`` leaves ML Metadata to the orchestrator."""
+    """Builds the pipeline. ``metadata_path=None`` leaves ML Metadata to the orchestrator.
+
+    ``hyperparameters`` are the Trainer's when ``tune`` is off (default:
+    ``Hyperparameters()``); with tuning on, the Tuner's best ones are used.
+    """
     search_space = search_space or SearchSpace()
-    custom_config = {"model": model, "num_classes": num_classes, "label_key": label_key}
+    model_settings = model_settings or ModelSettings()
+    custom_config: dict[str, Any] = model_settings.to_custom_config()
+    label_key = model_settings.label_key
 
     example_gen = tfx.components.CsvExampleGen(
         input_base=data_root,
@@ -90,20 +99,21 @@ def create_pipeline(
 
     hyperparameters = None
     if tune:
+        # The Tuner budgets trials in examples (search_space.tuning_epochs) and reads the
+        # whole eval split: its TrainArgs/EvalArgs are required by TFX but unused, and kept
+        # constant so that --train-steps does not invalidate the Tuner's cache.
         tuner = tfx.components.Tuner(
             tuner_fn=TUNER_FN,
             examples=example_gen.outputs["examples"],
             schema=schema_gen.outputs["schema"],
-            train_args=tfx.proto.TrainArgs(num_steps=train_steps),
-            eval_args=tfx.proto.EvalArgs(num_steps=eval_steps),
+            train_args=tfx.proto.TrainArgs(),
+            eval_args=tfx.proto.EvalArgs(),
             custom_config={**custom_config, "search_space": search_space.to_config()},
         )
         hyperparameters = tuner.outputs["best_hyperparameters"]
         components.append(tuner)
     else:
-        custom_config["hyperparameters"] = dict(
-            fixed_hyperparameters or config.FIXED_HYPERPARAMETERS
-        )
+        custom_config["hyperparameters"] = (hyperparameters or Hyperparameters()).to_values()
 
     trainer = tfx.components.Trainer(
         run_fn=RUN_FN,
@@ -111,7 +121,7 @@ def create_pipeline(
         schema=schema_gen.outputs["schema"],
         hyperparameters=hyperparameters,
         train_args=tfx.proto.TrainArgs(num_steps=train_steps),
-        eval_args=tfx.proto.EvalArgs(num_steps=eval_steps),
+        eval_args=tfx.proto.EvalArgs(),  # validation reads the whole eval split
         custom_config=custom_config,
     )
     evaluator = tfx.components.Evaluator(

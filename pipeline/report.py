@@ -11,12 +11,18 @@ from typing import Any
 from ml_metadata import metadata_store
 from ml_metadata.proto import metadata_store_pb2
 
-from pipeline.files import atomic_write
+from tfx_accum.components.settings import (
+    HP_ACCUMULATION_STEPS,
+    HP_LEARNING_RATE,
+    HP_MICRO_BATCH_SIZE,
+    Hyperparameters,
+)
+from tfx_accum.pipeline.files import atomic_write
 
 
 @dataclasses.dataclass
 class RunSummary:
-    best_hyperparameters: dict[str, Any] | None
+    best_hyperparameters: Hyperparameters | None
     accuracy: float | None
     blessed: bool | None
     pushed_to: str | None
@@ -62,7 +68,7 @@ def read_summary(metadata_path: str) -> RunSummary:
     if found:
         path = Path(found[0]) / "best_hyperparameters.txt"
         if path.exists():
-            best = json.loads(path.read_text()).get("values")
+            best = Hyperparameters.from_values(json.loads(path.read_text()).get("values"))
     trials: list[dict[str, Any]] = []
     found = _latest_uri(store, "TunerResults")
     if found:
@@ -91,17 +97,15 @@ def write_trials(trials: list[dict[str, Any]], output_dir: Path) -> tuple[Path, 
     rows = []
     for t in trials:
         row = dict(t)
-        row["effective_batch"] = t.get("gradient_accumulation_steps", 0) * t.get(
-            "micro_batch_size", 0
-        )
+        row["effective_batch"] = t.get(HP_ACCUMULATION_STEPS, 0) * t.get(HP_MICRO_BATCH_SIZE, 0)
         rows.append(row)
     fields = [
         "trial_id",
         "score",
-        "gradient_accumulation_steps",
-        "micro_batch_size",
+        HP_ACCUMULATION_STEPS,
+        HP_MICRO_BATCH_SIZE,
         "effective_batch",
-        "learning_rate",
+        HP_LEARNING_RATE,
     ]
     csv_path, png_path = output_dir / "trials.csv", output_dir / "trials.png"
 
@@ -119,7 +123,7 @@ def write_trials(trials: list[dict[str, Any]], output_dir: Path) -> tuple[Path, 
         import matplotlib.pyplot as plt
 
         fig, ax = plt.subplots(figsize=(6.5, 4.2))
-        lrs = [r["learning_rate"] for r in rows]
+        lrs = [r[HP_LEARNING_RATE] for r in rows]
         points = ax.scatter(
             [r["effective_batch"] for r in rows],
             [r["score"] for r in rows],
@@ -131,7 +135,7 @@ def write_trials(trials: list[dict[str, Any]], output_dir: Path) -> tuple[Path, 
         )
         fig.colorbar(points, ax=ax, label="learning rate")
         ax.set_xscale("log", base=2)
-        ax.set_xlabel("effective batch (steps x micro-batch)")
+        ax.set_xlabel("effective batch (accumulation steps x micro-batch)")
         ax.set_ylabel("val_accuracy")
         ax.set_title("Keras Tuner trials")
         fig.tight_layout()

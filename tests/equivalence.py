@@ -11,7 +11,7 @@ from collections.abc import Callable
 import keras
 import numpy as np
 
-from components import GradientAccumulationModel
+from tfx_accum.components import GradientAccumulationModel
 
 
 def clone_pair(

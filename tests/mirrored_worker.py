@@ -10,7 +10,6 @@ import os
 import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import tensorflow as tf  # noqa: E402
@@ -31,7 +30,7 @@ from equivalence import (  # noqa: E402
 from test_accumulation import masked_sequence_model  # noqa: E402
 from test_exactness_matrix import masked_and_plain_outputs, sequence_data  # noqa: E402
 
-from components import GradientAccumulationModel  # noqa: E402
+from tfx_accum.components import GradientAccumulationModel  # noqa: E402
 
 # One strategy per process: separate MirroredStrategy objects reuse collective instance keys.
 STRATEGY = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])

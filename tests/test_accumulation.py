@@ -14,7 +14,7 @@ from equivalence import (
     optimizer_state,
 )
 
-from components import GradientAccumulationModel
+from tfx_accum.components import GradientAccumulationModel
 
 OPTIMIZERS = {
     "sgd": (lambda: keras.optimizers.SGD(0.1), 1e-5),

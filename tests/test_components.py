@@ -7,19 +7,24 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from components.data import Splits
-from components.models import build_model
-from components.search_space import SearchSpace
-from components.strategy import choose_strategy, replica_plan, strategy_kind
-from components.trainer import epoch_plan
-from components.tuner import AccumulationHyperModel, make_tuner
-from pipeline.data import DataError, digits_csv_text, validate_csv_dir, write_embedded_digits
+from tfx_accum.components.data import Splits
+from tfx_accum.components.models import build_model
+from tfx_accum.components.search_space import SearchSpace
+from tfx_accum.components.strategy import choose_strategy, replica_plan, strategy_kind
+from tfx_accum.components.trainer import epoch_plan
+from tfx_accum.components.tuner import AccumulationHyperModel, make_tuner
+from tfx_accum.pipeline.data import (
+    DataError,
+    digits_csv_text,
+    validate_csv_dir,
+    write_embedded_digits,
+)
 
 
 @pytest.mark.parametrize(
     "kwargs,message",
     [
-        (dict(steps_choices=(0, 2)), "steps_choices.*positive"),
+        (dict(accumulation_steps_choices=(0, 2)), "accumulation_steps_choices.*positive"),
         (dict(micro_batch_choices=()), "micro_batch_choices.*non-empty"),
         (dict(micro_batch_choices=(8, -1)), "micro_batch_choices"),
         (dict(learning_rate_min=0.1, learning_rate_max=0.01), "range is empty"),
@@ -27,7 +32,7 @@ from pipeline.data import DataError, digits_csv_text, validate_csv_dir, write_em
         (dict(algorithm="grid"), "algorithm.*bayesian"),
         (dict(max_trials=0), "max_trials"),
         (
-            dict(max_effective_batch=4, steps_choices=(2,), micro_batch_choices=(8,)),
+            dict(max_effective_batch=4, accumulation_steps_choices=(2,), micro_batch_choices=(8,)),
             "No combination fits",
         ),
     ],
@@ -38,8 +43,10 @@ def test_search_space_rejects_nonsense(kwargs, message):
 
 
 def test_search_space_round_trips_through_custom_config():
-    space = SearchSpace(steps_choices=(4, 1, 2), micro_batch_choices=(16,), max_trials=3)
-    assert space.steps_choices == (1, 2, 4)
+    space = SearchSpace(
+        accumulation_steps_choices=(4, 1, 2), micro_batch_choices=(16,), max_trials=3
+    )
+    assert space.accumulation_steps_choices == (1, 2, 4)
     assert SearchSpace.from_config(space.to_config()) == space
     with pytest.raises(ValueError, match="Unknown search-space settings"):
         SearchSpace.from_config({"batch": 3})
@@ -131,7 +138,7 @@ class _OutOfMemoryAbove32(AccumulationHyperModel):
 
 def _search(tmp_path, micro_choices, trials):
     space = SearchSpace(
-        steps_choices=(1, 2),
+        accumulation_steps_choices=(1, 2),
         micro_batch_choices=micro_choices,
         algorithm="random",
         max_trials=trials,
@@ -153,7 +160,7 @@ def test_out_of_memory_trials_are_failed_and_the_search_goes_on(tmp_path, capsys
     assert all(t.hyperparameters.get("micro_batch_size") == 8 for t in done)
     assert "out of memory with micro-batch 64" in failed[0].message
     best = tuner.get_best_hyperparameters()[0].values
-    assert set(best) == {"gradient_accumulation_steps", "micro_batch_size", "learning_rate"}
+    assert set(best) == {"accumulation_steps", "micro_batch_size", "learning_rate"}
     out = capsys.readouterr().out
     assert "[tuner] trial" in out and "[FAILED]" in out and "[COMPLETED]" in out
 
@@ -165,7 +172,7 @@ def test_search_fails_only_when_every_trial_fails(tmp_path):
 
 def test_max_effective_batch_skips_combinations(tmp_path):
     space = SearchSpace(
-        steps_choices=(1, 4),
+        accumulation_steps_choices=(1, 4),
         micro_batch_choices=(16,),
         algorithm="random",
         max_trials=4,
@@ -177,7 +184,7 @@ def test_max_effective_batch_skips_combinations(tmp_path):
     )
     tuner.search(epochs=1)
     for trial in tuner.oracle.trials.values():
-        big = trial.hyperparameters.get("gradient_accumulation_steps") == 4
+        big = trial.hyperparameters.get("accumulation_steps") == 4
         assert (trial.status == "FAILED") == big
         if big:
             assert "exceeds max_effective_batch=32" in trial.message

@@ -16,7 +16,7 @@ from equivalence import classification_data, max_abs_diff, optimizer_state
 from keras import ops
 from test_accumulation import JIT, OPTIMIZERS, assert_equivalent, fit_both
 
-from components import GradientAccumulationModel
+from tfx_accum.components import GradientAccumulationModel
 
 # 203 samples at batch 32: six full batches and a last one of 11 (micro-batches 2,3,3,3).
 N, BATCH, K = 203, 32, 4

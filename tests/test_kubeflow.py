@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from components.search_space import SearchSpace
-from pipeline import InputError
-from pipeline.cli import main
-from pipeline.kubeflow import compile_pipeline, get_profile, load_profiles
+from tfx_accum.components.search_space import SearchSpace
+from tfx_accum.pipeline import InputError
+from tfx_accum.pipeline.cli import main
+from tfx_accum.pipeline.kubeflow import compile_pipeline, get_profile, load_profiles
 
 ROOT = Path(__file__).resolve().parents[1]
 SPEC_DIR = ROOT / ".venv" / "kfp-spec"
@@ -131,7 +131,10 @@ def test_vertex_job_uses_vertex_accelerator_names(compiled):
 def test_the_pipeline_references_packaged_code_not_a_module_file(compiled):
     spec = next(yaml.safe_load_all(compiled["gpu"].read_text()))
     text = json.dumps(spec)
-    assert "components.trainer.run_fn" in text and "components.tuner.tuner_fn" in text
+    assert (
+        "tfx_accum.components.trainer.run_fn" in text
+        and "tfx_accum.components.tuner.tuner_fn" in text
+    )
     assert "module_file" not in text and "_wheels" not in text
 
 

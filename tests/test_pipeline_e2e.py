@@ -24,7 +24,7 @@ SMALL = [
     "1",
     "--train-steps",
     "150",
-    "--steps-choices",
+    "--accumulation-steps-choices",
     "1,2",
     "--micro-batch-choices",
     "16,32",
@@ -38,7 +38,7 @@ SMALL = [
 def run_cli(*args: str, timeout: int = 900) -> tuple[subprocess.CompletedProcess, float]:
     start = time.monotonic()
     proc = subprocess.run(
-        [sys.executable, "-m", "pipeline", *args],
+        [sys.executable, "-m", "tfx_accum.pipeline", *args],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -53,6 +53,7 @@ def first_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("e2e") / "out"
     proc, seconds = run_cli("--output-dir", str(out), *SMALL)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    assert proc.stderr == "", proc.stderr[-3000:]  # nothing but our lines, all on stdout
     return out, proc.stdout, seconds
 
 
@@ -85,7 +86,7 @@ def test_pipeline_pushes_a_blessed_model_that_classifies_digits(first_run):
         "Pusher",
     ):
         assert f"[pipeline] {component} done" in stdout, component
-    assert re.search(r"\[tuner\] trial \d+: steps=\d+ micro_batch=\d+", stdout)
+    assert re.search(r"\[tuner\] trial \d+: accumulation_steps=\d+ micro_batch=\d+", stdout)
     assert "blessed: yes" in stdout
     pushed = re.search(r"pushed to: (\S+)", stdout).group(1)
     assert Path(pushed).is_dir() and Path(pushed).parent == out / "serving_model"
@@ -105,18 +106,41 @@ def test_pipeline_pushes_a_blessed_model_that_classifies_digits(first_run):
     )
     assert len(best_files) == 1
     values = json.loads(best_files[0].read_text())["values"]
-    assert values["gradient_accumulation_steps"] in (1, 2)
+    assert values["accumulation_steps"] in (1, 2)
     assert values["micro_batch_size"] in (16, 32)
     assert 2e-3 <= values["learning_rate"] <= 1e-2
 
     assert (out / "trials.png").stat().st_size > 1000
     rows = (out / "trials.csv").read_text().strip().splitlines()
     assert rows[0].startswith(
-        "trial_id,score,gradient_accumulation_steps,micro_batch_size,effective_batch,learning_rate"
+        "trial_id,score,accumulation_steps,micro_batch_size,effective_batch,learning_rate"
     )
     assert len(rows) == 3  # header + 2 completed trials
     # TensorBoard logs of the Trainer run.
     assert list((out / "pipeline" / "Trainer" / "model_run").rglob("events.out.tfevents*"))
+
+
+# The project's own console lines: tagged progress lines, the summary, blank lines.
+OWN_LINE = re.compile(
+    r"^(\[(tfx-accum|data|pipeline|tuner|trainer)\] |=== tfx-accum summary ===$|"
+    r"(best trial|tuning|evaluation accuracy|blessed|pushed to|trials|wall time): |$)"
+)
+
+
+def test_console_shows_only_the_projects_own_lines_and_the_log_has_the_rest(first_run):
+    out, stdout, _ = first_run
+    lines = stdout.splitlines()
+    foreign = [line for line in lines if not OWN_LINE.match(line)]
+    assert not foreign, foreign
+    assert len(lines) <= 60, len(lines)
+    # Training shows progress with a throughput, and the log path is given up front.
+    assert re.search(r"\[trainer\] \d+/150 updates \(\d+%\).*examples/s", stdout)
+    log = Path(re.search(r"^\[tfx-accum\] log: (\S+)", stdout, re.M).group(1))
+    assert lines.index(f"[tfx-accum] log: {log}") < 3
+    assert log.parent == out / "logs"
+    text = log.read_text()
+    assert "[pipeline] Trainer done" in text  # our lines, in order with the libraries'
+    assert len(text.splitlines()) > len(lines)  # and the libraries' output that we hid
 
 
 def test_second_run_is_served_from_cache(first_run):
@@ -158,7 +182,7 @@ BAD_INPUTS = {
 
 @pytest.mark.parametrize("case", sorted(BAD_INPUTS))
 def test_bad_input_fails_fast_and_leaves_outputs_intact(case, first_run, tmp_path, capsys):
-    from pipeline.cli import main
+    from tfx_accum.pipeline.cli import main
 
     out, _, _ = first_run
     before = {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()}

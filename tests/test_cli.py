@@ -1,0 +1,108 @@
+"""The command line: option tables, import cost, settings validation, the console."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tfx_accum import console
+from tfx_accum.components.settings import Hyperparameters, ModelSettings
+from tfx_accum.pipeline.cli import build_parser, fixed_hyperparameters, main, options_markdown
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("command", ["run", "compile"])
+def test_readme_option_tables_are_generated_from_the_parser(command):
+    readme = (ROOT / "README.md").read_text()
+    match = re.search(
+        rf"<!-- options:{command} -->\n(.*?)\n<!-- /options:{command} -->", readme, re.S
+    )
+    assert match, f"README has no options:{command} table"
+    assert match.group(1) == options_markdown(command), (
+        "README option table is stale; regenerate it with "
+        "python -c 'from tfx_accum.pipeline.cli import options_markdown as o; "
+        f'print(o("{command}"))\''
+    )
+
+
+def test_help_imports_neither_tensorflow_nor_tfx():
+    """`tfx-accum --help` must answer fast: no TensorFlow, Keras or TFX import on the way."""
+    code = (
+        "import sys\n"
+        "from tfx_accum.pipeline.cli import build_parser\n"
+        "build_parser().format_help()\n"
+        "heavy = [m for m in ('tensorflow', 'keras', 'tfx', 'keras_tuner') if m in sys.modules]\n"
+        "print(heavy)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd="/")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"
+
+
+def test_old_flag_names_are_aliases():
+    args = build_parser().parse_args(["run", "--steps-choices", "2,4"])
+    assert args.accumulation_steps_choices == (2, 4)
+
+
+def test_fixed_hyperparameters_only_with_no_tune():
+    parser = build_parser()
+    args = parser.parse_args(["run", "--no-tune", "--accumulation-steps", "8"])
+    assert fixed_hyperparameters(args) == Hyperparameters(accumulation_steps=8)
+    assert fixed_hyperparameters(parser.parse_args(["run", "--no-tune"])) == Hyperparameters()
+    assert fixed_hyperparameters(parser.parse_args(["run"])) is None
+
+
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["--micro-batch-size", "8"], "--micro-batch-size only apply with --no-tune"),
+        (["--no-tune", "--learning-rate", "-1"], "learning_rate"),
+        (["--no-tune", "--accumulation-steps", "0"], "accumulation_steps"),
+        (["--train-steps", "0"], "--train-steps must be >= 1"),
+    ],
+)
+def test_bad_settings_are_one_line_errors_with_exit_2(argv, message, tmp_path, capsys):
+    assert main(["run", "--output-dir", str(tmp_path / "out"), *argv]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1, err
+    assert not (tmp_path / "out").exists()  # nothing written
+
+
+def test_settings_validation_names_the_setting():
+    with pytest.raises(ValueError, match="model.*cnn"):
+        ModelSettings(model="resnet")
+    with pytest.raises(ValueError, match="num_classes"):
+        ModelSettings(num_classes=1)
+    with pytest.raises(ValueError, match="missing"):
+        Hyperparameters.from_values({"accumulation_steps": 2})
+    values = {"accumulation_steps": 2, "micro_batch_size": 8, "learning_rate": 0.1, "tuner/x": 1}
+    assert Hyperparameters.from_values(values).effective_batch == 16
+
+
+def test_console_capture_sends_library_output_to_the_log(tmp_path):
+    """Our lines reach the console; writes to fd 1/2 by anything else go to the log only."""
+    code = f"""
+import os, sys, warnings
+from tfx_accum import console
+with console.capture({str(tmp_path / "run.log")!r}):
+    console.say("[ours] hello")
+    print("library print")
+    os.write(2, b"C++ library stderr\\n")
+    warnings.warn("a library warning")
+    os.system("echo child process output")
+print("after")
+"""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "[ours] hello\nafter\n"
+    assert proc.stderr == ""
+    log = (tmp_path / "run.log").read_text()
+    for text in ("[ours] hello", "library print", "C++ library stderr", "a library warning"):
+        assert text in log
+    assert "child process output" in log
+    assert console.log_path() is None  # nothing active in this process

@@ -1,0 +1,127 @@
+"""The built wheel, installed outside the source tree, compiles a Kubeflow spec and is exact.
+
+The wheel is built from the repository and installed with ``--no-deps`` into a fresh
+virtual environment whose only other path is the project environment's site-packages
+(added by a ``.pth`` file, which does not run the editable install's finder): so
+``tfx_accum`` can only come from the wheel. Everything runs from a temporary directory.
+"""
+
+from __future__ import annotations
+
+import json
+import site
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+
+EQUIVALENCE = """
+import json, os
+os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
+import keras, numpy as np
+import tfx_accum
+from tfx_accum.components import GradientAccumulationModel
+
+rng = np.random.default_rng(0)
+x = rng.normal(size=(100, 8)).astype("float32")
+y = rng.integers(0, 3, 100)
+def build():
+    keras.utils.set_random_seed(0)
+    inputs = keras.Input((8,))
+    h = keras.layers.Dense(16, activation="tanh")(inputs)
+    return inputs, keras.layers.Dense(3, activation="softmax")(h)
+plain = keras.Model(*build())
+ga = GradientAccumulationModel(*build(), gradient_accumulation_steps=4)
+ga.set_weights(plain.get_weights())
+for m in (plain, ga):
+    m.compile(optimizer=keras.optimizers.SGD(0.1), loss="sparse_categorical_crossentropy")
+    m.fit(x, y, batch_size=32, epochs=2, shuffle=False, verbose=0)
+diff = max(float(np.abs(a - b).max()) for a, b in zip(plain.get_weights(), ga.get_weights()))
+print(json.dumps({"diff": diff, "file": tfx_accum.__file__, "version": tfx_accum.__version__}))
+"""
+
+
+@pytest.fixture(scope="module")
+def wheel_env(tmp_path_factory):
+    work = tmp_path_factory.mktemp("wheel")
+    built = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(work), str(ROOT)],
+        capture_output=True,
+        text=True,
+    )
+    assert built.returncode == 0, built.stderr[-3000:]
+    wheel = next(work.glob("tfx_accum-*.whl"))
+    base_python = (
+        Path(sys.base_prefix) / "bin" / f"python{sys.version_info[0]}.{sys.version_info[1]}"
+    )
+    venv = work / "venv"
+    subprocess.run([str(base_python), "-m", "venv", str(venv)], check=True)
+    venv_site = next((venv / "lib").glob("python*/site-packages"))
+    (venv_site / "project_deps.pth").write_text("\n".join(site.getsitepackages()) + "\n")
+    installed = subprocess.run(
+        [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--no-deps", str(wheel)],
+        capture_output=True,
+        text=True,
+    )
+    assert installed.returncode == 0, installed.stderr[-3000:]
+    return wheel, venv, work
+
+
+def test_wheel_installs_no_colliding_top_level_packages(wheel_env):
+    wheel, _, _ = wheel_env
+    names = zipfile.ZipFile(wheel).namelist()
+    top = {name.split("/")[0] for name in names if not name.split("/")[0].endswith(".dist-info")}
+    assert top == {"tfx_accum"}, top
+    assert "tfx_accum/kubeflow/node_pools.yaml" in names
+
+
+def test_installed_wheel_compiles_for_a_gpu_node_pool(wheel_env):
+    _, venv, work = wheel_env
+    output = work / "gpu.yaml"
+    proc = subprocess.run(
+        [
+            str(venv / "bin" / "tfx-accum"),
+            "compile",
+            "--node-pool",
+            "gpu",
+            "--output",
+            str(output),
+            "--image",
+            "registry.example/tfx-accum:0.1.0-gpu",
+            "--pipeline-root",
+            "gs://bucket/root",
+            "--data-root",
+            "gs://bucket/data",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=work,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    spec, platform = yaml.safe_load_all(output.read_text())
+    assert "tfx_accum.components.trainer.run_fn" in json.dumps(spec)
+    executors = platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
+    selector = executors["Trainer_executor"]["nodeSelector"]["labels"]
+    assert selector == {"cloud.google.com/gke-accelerator": "nvidia-l4"}
+
+
+def test_installed_wheel_trains_exactly(wheel_env):
+    _, venv, work = wheel_env
+    proc = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", EQUIVALENCE],
+        capture_output=True,
+        text=True,
+        cwd=work,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert str(venv) in result["file"], result  # the wheel's copy, not the source tree
+    assert result["version"] != "0+unknown"
+    assert result["diff"] < 1e-5, result
