@@ -106,3 +106,28 @@ print("after")
         assert text in log
     assert "child process output" in log
     assert console.log_path() is None  # nothing active in this process
+
+
+def test_a_failing_component_shows_its_cause_and_the_log(tmp_path, capfd, monkeypatch):
+    """A library error inside the run: exit 1, the cause from the log on the console."""
+    import os
+
+    from tfx_accum.pipeline import local_runner
+
+    def failing_run_local(**kwargs):
+        os.write(2, b"noise from a library\n")
+        os.write(2, b"ValueError: not a square number of features (the real cause)\n")
+        raise RuntimeError("Tuner failed")
+
+    monkeypatch.setattr(local_runner, "run_local", failing_run_local)
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "d.csv").write_text("a,label\n1,0\n2,1\n")
+    assert main(["run", "--data-root", str(data), "--output-dir", str(tmp_path / "o")]) == 1
+    out, err = capfd.readouterr()
+    assert err == ""
+    assert "tfx-accum run: error: RuntimeError: Tuner failed" in out
+    assert "not a square number of features (the real cause)" in out
+    log = next((tmp_path / "o" / "logs").glob("run-*.log"))
+    assert f"full log: {log}" in out
+    assert "noise from a library" in log.read_text()
