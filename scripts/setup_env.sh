@@ -31,12 +31,20 @@ PY=$(find_python310) || {
 start=$SECONDS
 echo "[setup] creating $VENV with $PY and installing tfx-accum (a few minutes the first time) ..."
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
-"$VENV/bin/python" -m pip install -q --upgrade pip
-"$VENV/bin/python" -m pip install -q -c constraints.txt -e ".[test]"
+LOG="$VENV/setup.log"
+: > "$LOG"
+pip_install() {  # pip's own output goes to the log; shown only if it fails
+  if ! "$VENV/bin/python" -m pip install -q "$@" >> "$LOG" 2>&1; then
+    tail -n 30 "$LOG" >&2
+    echo "error: pip install $* failed; full output in $LOG" >&2
+    exit 1
+  fi
+}
+pip_install --upgrade pip
+pip_install -c constraints.txt -e ".[test]"
 # Current KFP protos for strict validation of compiled pipelines (kubeflow/validate_spec.py),
 # in a directory of their own: they need protobuf 6, TFX 1.16 needs protobuf 3.20.
 rm -rf "$VENV/kfp-spec"
-"$VENV/bin/python" -m pip install -q --no-deps --target "$VENV/kfp-spec" \
-  -r kubeflow/validate-requirements.txt
+pip_install --no-deps --target "$VENV/kfp-spec" -r kubeflow/validate-requirements.txt
 echo "$WANT" > "$STAMP"
-echo "[setup] done in $((SECONDS - start)) s."
+echo "[setup] done in $((SECONDS - start)) s (pip's output: $LOG)."
