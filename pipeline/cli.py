@@ -102,6 +102,16 @@ def _add_search_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_beam_option(parser: argparse.ArgumentParser, default_help: str) -> None:
+    parser.add_argument(
+        "--beam-pipeline-args",
+        default=None,
+        metavar="ARGS",
+        help="Beam options for the data components, replacing the automatic choice, e.g. "
+        f"'--runner=DataflowRunner --project=P ...' (default: {default_help})",
+    )
+
+
 def _add_model_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--model",
@@ -223,6 +233,10 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="show the libraries' output on the console too (always in the run's log file)",
     )
+    _add_beam_option(
+        run,
+        "DirectRunner in-memory below 64 MiB of input, else one worker per 128 MiB up to the CPUs",
+    )
     _add_model_options(run)
     _add_search_options(run)
 
@@ -232,6 +246,7 @@ def build_parser() -> argparse.ArgumentParser:
     from tfx_accum.pipeline.kubeflow import add_compile_arguments
 
     add_compile_arguments(compile_)
+    _add_beam_option(compile_, "DirectRunner with one worker per CPU of the data components' pods")
     _add_model_options(compile_)
     _add_search_options(compile_)
     return parser
@@ -239,7 +254,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def pipeline_settings(args: argparse.Namespace) -> dict:
     """``create_pipeline`` settings that ``run`` and ``compile`` share, validated."""
+    from tfx_accum.pipeline.beam import parse_beam_args
+
     return dict(
+        beam_pipeline_args=parse_beam_args(args.beam_pipeline_args),
         search_space=search_space_from_args(args),
         tune=not args.no_tune,
         hyperparameters=fixed_hyperparameters(args),

@@ -9,9 +9,3 @@ from __future__ import annotations
 
 PIPELINE_NAME = "tfx-accum"  # KFP requires [a-z0-9][a-z0-9-]*
 DEFAULT_OUTPUT_DIR = "tfx_accum_output"
-
-# Beam's DirectRunner in multi-processing mode, one worker per core.
-BEAM_PIPELINE_ARGS = (
-    "--direct_running_mode=multi_processing",
-    "--direct_num_workers=0",
-)

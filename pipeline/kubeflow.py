@@ -25,6 +25,7 @@ from tfx_accum import console
 from tfx_accum.components.search_space import SearchSpace
 from tfx_accum.components.settings import DEFAULT_NUM_CLASSES
 from tfx_accum.pipeline import config
+from tfx_accum.pipeline.beam import pod_beam_args
 from tfx_accum.pipeline.errors import InputError
 from tfx_accum.pipeline.files import atomic_write_text
 
@@ -280,6 +281,9 @@ def compile_pipeline(
 
     from tfx_accum.pipeline.pipeline import create_pipeline
 
+    if pipeline_settings.get("beam_pipeline_args") is None:
+        # One worker per CPU of the data components' pods, not of the node.
+        pipeline_settings["beam_pipeline_args"] = pod_beam_args(DEFAULT_CPU)
     pipeline = create_pipeline(
         pipeline_name=config.PIPELINE_NAME,
         pipeline_root=pipeline_root,

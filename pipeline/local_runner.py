@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import re
 import sys
 import time
@@ -18,6 +19,7 @@ from typing import Any
 from tfx_accum import console
 from tfx_accum.components.settings import DEFAULT_MODEL, LABEL_KEY, ModelSettings
 from tfx_accum.pipeline import config
+from tfx_accum.pipeline.beam import available_cpus, local_beam_args
 from tfx_accum.pipeline.data import CsvSummary, validate_csv_dir, write_embedded_digits
 from tfx_accum.pipeline.errors import InputError
 
@@ -143,6 +145,14 @@ def run_local(
         raise InputError(str(error)) from None
 
     from tfx_accum.pipeline.pipeline import create_pipeline
+
+    if pipeline_settings.get("beam_pipeline_args") is None:
+        input_bytes = sum(os.path.getsize(f) for f in summary.files)
+        beam_args, why = local_beam_args(input_bytes, available_cpus())
+        pipeline_settings["beam_pipeline_args"] = beam_args
+        console.say(f"[pipeline] Beam: {' '.join(beam_args)} ({why})")
+    else:
+        console.say(f"[pipeline] Beam: {' '.join(pipeline_settings['beam_pipeline_args'])}")
 
     pipeline = create_pipeline(
         pipeline_name=config.PIPELINE_NAME,

@@ -23,7 +23,7 @@ from tfx_accum.components.settings import (
     Hyperparameters,
     ModelSettings,
 )
-from tfx_accum.pipeline import config
+from tfx_accum.pipeline.beam import pod_beam_args
 
 TUNER_FN = "tfx_accum.components.tuner.tuner_fn"
 RUN_FN = "tfx_accum.components.trainer.run_fn"
@@ -69,13 +69,15 @@ def create_pipeline(
     train_steps: int = TRAIN_STEPS,
     accuracy_threshold: float = ACCURACY_THRESHOLD,
     metadata_path: str | None = None,
-    beam_pipeline_args: Sequence[str] = config.BEAM_PIPELINE_ARGS,
+    beam_pipeline_args: Sequence[str] | None = None,
     enable_cache: bool = True,
 ) -> tfx.dsl.Pipeline:
     """Builds the pipeline. ``metadata_path=None`` leaves ML Metadata to the orchestrator.
 
     ``hyperparameters`` are the Trainer's when ``tune`` is off (default:
     ``Hyperparameters()``); with tuning on, the Tuner's best ones are used.
+    ``beam_pipeline_args``: default, Beam's DirectRunner in-process with one worker (the
+    runners size it: :mod:`tfx_accum.pipeline.beam`).
     """
     search_space = search_space or SearchSpace()
     model_settings = model_settings or ModelSettings()
@@ -148,5 +150,5 @@ def create_pipeline(
             if metadata_path
             else None
         ),
-        beam_pipeline_args=list(beam_pipeline_args),
+        beam_pipeline_args=list(beam_pipeline_args or pod_beam_args(1)),
     )

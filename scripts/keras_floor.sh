@@ -13,7 +13,7 @@ if [ "$(cat "$target/.version" 2>/dev/null)" != "$floor" ]; then
   echo "$floor" > "$target/.version"
 fi
 PYTHONPATH="$target" .venv/bin/python -c \
-  "import keras, sys; sys.exit(keras.__version__ != '$floor')" \
+  "import keras, sys; from packaging.version import Version as V; sys.exit(V(keras.__version__) != V('$floor'))" \
   || { echo "keras_floor: keras $floor did not load from $target" >&2; exit 1; }
 echo "[keras-floor] exactness tests on keras $floor"
 PYTHONPATH="$target" .venv/bin/python -m pytest -q -p no:cacheprovider \

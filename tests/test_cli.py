@@ -131,3 +131,26 @@ def test_a_failing_component_shows_its_cause_and_the_log(tmp_path, capfd, monkey
     log = next((tmp_path / "o" / "logs").glob("run-*.log"))
     assert f"full log: {log}" in out
     assert "noise from a library" in log.read_text()
+
+
+def test_beam_arguments_follow_the_input_size_and_the_pod():
+    from tfx_accum.pipeline.beam import local_beam_args, parse_beam_args, pod_beam_args
+    from tfx_accum.pipeline.errors import InputError
+
+    small, why = local_beam_args(300_000, cpus=8)
+    assert small == ["--direct_running_mode=in_memory", "--direct_num_workers=1"]
+    assert "MiB" in why
+    big, _ = local_beam_args(2 * 2**30, cpus=8)
+    assert big == ["--direct_running_mode=multi_processing", "--direct_num_workers=8"]
+    medium, _ = local_beam_args(200 * 2**20, cpus=8)
+    assert medium[1] == "--direct_num_workers=2"
+    assert pod_beam_args(2.0) == [
+        "--direct_running_mode=multi_processing",
+        "--direct_num_workers=2",
+    ]
+    assert parse_beam_args("--runner=DataflowRunner --project='my p'") == [
+        "--runner=DataflowRunner",
+        "--project=my p",
+    ]
+    with pytest.raises(InputError, match="Beam options"):
+        parse_beam_args("DataflowRunner")

@@ -138,6 +138,12 @@ def test_the_pipeline_references_packaged_code_not_a_module_file(compiled):
     assert "module_file" not in text and "_wheels" not in text
 
 
+def test_beam_workers_follow_the_pod_not_the_node(compiled):
+    text = compiled["gpu"].read_text()
+    # direct_num_workers=0 would start one worker per CPU of the node.
+    assert "direct_num_workers=2" in text and "direct_num_workers=0" not in text
+
+
 def test_shipped_profiles_include_common_shapes():
     profiles = load_profiles()
     assert {"gpu", "tpu", "a100x4", "h100x8", "tpu-v5e-2x4"} <= set(profiles)
