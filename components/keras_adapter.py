@@ -14,6 +14,7 @@ Keras is here, each with a comment saying why:
 - ``Trainer._loss_tracker``, ``Trainer._compute_loss``, ``Layer._call_has_training_arg``:
   the loss metric, the ``compute_loss`` dispatch that copes with overrides without a
   ``training`` argument, and whether ``call`` takes ``training``.
+- ``BackupAndRestore``'s ``training_metadata.json``: the epoch a resumed run starts at.
 - ``keras.src.models.functional.Functional`` and ``functional_init_arguments``: to build
   functional instances of GradientAccumulationModel without letting Keras rewrite the
   class's bases (see ``functional_variant``).
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -250,6 +252,24 @@ def _hidden_metrics(compile_loss: Any, count: int) -> Iterator[None]:
         yield
     finally:
         compile_loss._metrics = metrics
+
+
+# ------------------------------------------------------------------ backups
+
+
+def backup_epoch(backup_dir: str) -> int:
+    """The epoch ``keras.callbacks.BackupAndRestore`` will resume at (0: no backup).
+
+    It is written by the callback as ``training_metadata.json`` (``{"epoch": n, ...}``);
+    the Trainer needs it *before* ``fit`` to start its data stream at the same place.
+    """
+    import tensorflow as tf
+
+    path = f"{backup_dir.rstrip('/')}/training_metadata.json"
+    if not tf.io.gfile.exists(path):
+        return 0
+    with tf.io.gfile.GFile(path) as handle:
+        return int(json.loads(handle.read()).get("epoch", 0))
 
 
 # ------------------------------------------------------------ functional models

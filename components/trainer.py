@@ -16,8 +16,11 @@ Referenced from the pipeline as ``run_fn="tfx_accum.components.trainer.run_fn"``
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import math
+import os
 import time
 
 import keras
@@ -25,11 +28,14 @@ import tensorflow as tf
 from tfx import v1 as tfx
 
 from tfx_accum import console
+from tfx_accum.components import keras_adapter as adapter
 from tfx_accum.components.data import batched, feature_spec, load_schema, load_splits
 from tfx_accum.components.export import export_serving_model
 from tfx_accum.components.models import build_model
 from tfx_accum.components.settings import EVAL_BATCH, Hyperparameters, ModelSettings
 from tfx_accum.components.strategy import choose_strategy, replica_plan
+
+TRAINING_SEED = 0
 
 
 def resolve_hyperparameters(fn_args) -> Hyperparameters:
@@ -56,8 +62,9 @@ class ProgressLine(keras.callbacks.Callback):
         self._last_done = 0
 
     def on_train_begin(self, logs=None):
-        if not self._start:
-            self._start = self._last = time.monotonic()
+        # After BackupAndRestore (earlier in the list): a resumed run counts on from there.
+        self.done = self._last_done = int(self.model.optimizer.iterations)
+        self._start = self._last = time.monotonic()
 
     def on_train_batch_end(self, batch, logs=None):
         self.done += 1
@@ -98,6 +105,8 @@ def run_fn(fn_args: tfx.components.FnArgs) -> None:
             hp.micro_batch_size,
         )
     splits = load_splits(fn_args, settings.label_key)
+    # Seeded: the same inputs train the same model (and a resumed run can equal it).
+    keras.utils.set_random_seed(TRAINING_SEED)
     with strategy.scope():
         model = build_model(
             settings.model,
@@ -110,41 +119,83 @@ def run_fn(fn_args: tfx.components.FnArgs) -> None:
         )
     # TPUs need static shapes: whole batches only (the GA model then slices statically).
     tpu = isinstance(strategy, tf.distribute.TPUStrategy)
+    steps_per_epoch = max(
+        1, min(math.ceil(splits.train_size / plan.global_batch), fn_args.train_steps)
+    )
+    epochs = len(epoch_plan(fn_args.train_steps, steps_per_epoch))
+    backup_dir = backup_location(fn_args, hp, settings)
+    # A resumed run starts at the same place of the same shuffled stream (the stream is a
+    # function of the seed only), so it ends with the weights of an uninterrupted run.
+    resumed_epoch = adapter.backup_epoch(backup_dir)
     train = batched(splits.train, plan.global_batch, shuffle_seed=0, drop_remainder=tpu)
+    if resumed_epoch:
+        train = train.skip(resumed_epoch * steps_per_epoch)
     validation = splits.eval.batch(EVAL_BATCH, drop_remainder=tpu)
-    nominal_epoch = max(1, math.ceil(splits.train_size / plan.global_batch))
-    epochs = epoch_plan(fn_args.train_steps, nominal_epoch)
     callbacks = [
+        # Restores weights, optimizer state and the epoch after an interruption (a killed
+        # process, a preempted Kubeflow pod that is retried); saved at every epoch's end.
+        keras.callbacks.BackupAndRestore(backup_dir, save_freq="epoch", delete_checkpoint=False),
         keras.callbacks.TensorBoard(log_dir=fn_args.model_run_dir, update_freq="epoch"),
+        StopAfterUpdates(fn_args.train_steps),
         ProgressLine(fn_args.train_steps, plan.global_batch),
     ]
     console.say(
         f"[trainer] {fn_args.train_steps} optimizer updates at global batch "
-        f"{plan.global_batch} ({len(epochs)} epochs, {strategy.num_replicas_in_sync} "
-        f"replica(s))"
+        f"{plan.global_batch} ({epochs} epochs, {strategy.num_replicas_in_sync} replica(s))"
+        + (f"; resuming after epoch {resumed_epoch} from {backup_dir}" if resumed_epoch else "")
     )
-    history: dict[str, list[float]] = {}
-    # Whole epochs in one fit call, so that one shuffled input stream runs through them; a
-    # shorter last epoch, if any, in a second call.
-    full = len(epochs) if epochs[-1] == epochs[0] else len(epochs) - 1
-    calls = [(0, full, epochs[0])] if full else []
-    if full < len(epochs):
-        calls.append((full, full + 1, epochs[-1]))
-    for initial_epoch, last_epoch, steps in calls:
-        result = model.fit(
-            train,
-            steps_per_epoch=steps,
-            initial_epoch=initial_epoch,
-            epochs=last_epoch,
-            validation_data=validation,
-            callbacks=callbacks,
-            verbose=0,
+    # One fit call, so that one shuffled input stream runs through every epoch; the last
+    # epoch stops after exactly train_steps updates.
+    history = model.fit(
+        train,
+        steps_per_epoch=steps_per_epoch,
+        epochs=epochs,
+        validation_data=validation,
+        callbacks=callbacks,
+        verbose=0,
+    ).history
+    if history:
+        console.say(
+            f"[trainer] done: loss {history['loss'][-1]:.4f}, val_accuracy "
+            f"{history['val_accuracy'][-1]:.4f} after {int(model.optimizer.iterations)} updates"
         )
-        for key, values in result.history.items():
-            history.setdefault(key, []).extend(values)
-    console.say(
-        f"[trainer] done: loss {history['loss'][-1]:.4f}, val_accuracy "
-        f"{history['val_accuracy'][-1]:.4f} after {int(model.optimizer.iterations)} updates"
-    )
     schema = load_schema(fn_args.schema_path)
     export_serving_model(model, feature_spec(schema, splits.keys), fn_args.serving_model_dir)
+    tf.io.gfile.rmtree(backup_dir)  # finished: a later run with these inputs starts afresh
+
+
+def backup_location(fn_args, hp: Hyperparameters, settings: ModelSettings) -> str:
+    """Where the training state is backed up: the same for a retry of the same inputs.
+
+    TFX gives every execution a new directory, so the backup lives under
+    ``custom_config["backup_root"]`` (``<pipeline_root>/_backup`` from create_pipeline) in
+    a folder named by a hash of everything that determines the training: the examples and
+    schema, the hyperparameters, the number of updates and the model settings.
+    """
+    root = (fn_args.custom_config or {}).get("backup_root")
+    if not root:
+        return os.path.join(fn_args.model_run_dir, "backup")
+    key = json.dumps(
+        {
+            "train": sorted(fn_args.train_files),
+            "eval": sorted(fn_args.eval_files),
+            "schema": fn_args.schema_path,
+            "hyperparameters": hp.to_values(),
+            "train_steps": fn_args.train_steps,
+            "model": settings.to_custom_config(),
+        },
+        sort_keys=True,
+    )
+    return f"{root.rstrip('/')}/trainer-{hashlib.sha256(key.encode()).hexdigest()[:16]}"
+
+
+class StopAfterUpdates(keras.callbacks.Callback):
+    """Stops training once the optimizer has made ``updates`` updates (also after a resume)."""
+
+    def __init__(self, updates: int):
+        super().__init__()
+        self.updates = updates
+
+    def on_train_batch_end(self, batch, logs=None):
+        if int(self.model.optimizer.iterations) >= self.updates:
+            self.model.stop_training = True

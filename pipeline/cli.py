@@ -273,7 +273,7 @@ def _check_common(args: argparse.Namespace) -> None:
         raise InputError(f"--accuracy-threshold must be in [0, 1], got {args.accuracy_threshold}.")
 
 
-def _summary_lines(summary, accuracy_threshold: float, written, seconds: float) -> list[str]:
+def _summary_lines(summary, accuracy_threshold: float, trial_files, seconds: float) -> list[str]:
     lines = ["", "=== tfx-accum summary ==="]
     if summary.best_hyperparameters:
         hp = summary.best_hyperparameters
@@ -290,54 +290,87 @@ def _summary_lines(summary, accuracy_threshold: float, written, seconds: float) 
         )
     lines.append(f"blessed: {'yes' if summary.blessed else 'no'}")
     lines.append(f"pushed to: {summary.pushed_to or 'not pushed'}")
-    if written:
-        lines.append(f"trials: {written[0]} and {written[1]}")
+    lines.append(trial_files)
     lines.append(f"wall time: {seconds:.0f} s")
     return lines
 
 
+def _trial_files(summary, output_dir: Path) -> str:
+    """Writes this run's trials.csv/png; with tuning off, earlier ones are left alone."""
+    from tfx_accum.pipeline.report import write_trials
+
+    written = write_trials(summary.trials, output_dir)
+    if written:
+        return f"trials: {written[0]} and {written[1]}"
+    earlier = [p.name for p in (output_dir / "trials.csv", output_dir / "trials.png") if p.exists()]
+    if earlier:
+        return f"trials: none in this run ({' and '.join(earlier)} are from an earlier run)"
+    return "trials: none in this run"
+
+
 def _run(args: argparse.Namespace) -> int:
+    import datetime
+
+    from tfx_accum.pipeline import output_dir as output_dirs
     from tfx_accum.pipeline.local_runner import LocalPaths, prepare_data
 
     start = time.monotonic()
-    # Bad settings or data: exit 2 before anything is written.
+    # Bad settings, output directory or data: exit 2 before anything is written.
     settings_ = pipeline_settings(args)
     output_dir = Path(args.output_dir).resolve()
-    data_root, checked = prepare_data(args.data_root, LocalPaths(output_dir), args.label_key)
-    log = output_dir / "logs" / time.strftime("run-%Y%m%d-%H%M%S.log")
-    with console.capture(log, verbose=args.verbose):
-        console.say(f"[tfx-accum] log: {log}")
-        try:
-            from tfx_accum.pipeline.local_runner import run_local
-            from tfx_accum.pipeline.report import read_summary, write_trials
-
-            paths = run_local(
-                data_root=data_root,
-                checked=checked,
-                output_dir=str(output_dir),
-                orchestrator=args.orchestrator,
-                enable_cache=not args.no_cache,
-                model_name=args.model,
-                label_key=args.label_key,
-                **settings_,
+    output_dirs.check(output_dir)
+    with output_dirs.claim(output_dir):
+        data_root, checked = prepare_data(args.data_root, LocalPaths(output_dir), args.label_key)
+        log = output_dir / "logs" / time.strftime("run-%Y%m%d-%H%M%S.log")
+        run_started = datetime.datetime.now().isoformat()
+        with console.capture(log, verbose=args.verbose):
+            console.say(f"[tfx-accum] log: {log}")
+            return _run_pipeline(
+                args, settings_, output_dir, data_root, checked, log, run_started, start
             )
-            summary = read_summary(str(paths.metadata_path))
-            written = write_trials(summary.trials, paths.output_dir)
-        except InputError:
-            raise
-        except Exception as error:  # noqa: BLE001 - reported with its cause, then exit 1
-            cause = console.tail(8)
-            console.say(f"tfx-accum run: error: {type(error).__name__}: {error}".strip())
-            if cause:
-                console.say("last lines of the log:")
-                for line in cause:
-                    console.say(f"  {line[:200]}")
-            console.say(f"full log: {log}")
-            return 1
-        for line in _summary_lines(
-            summary, args.accuracy_threshold, written, time.monotonic() - start
-        ):
-            console.say(line)
+
+
+def _run_pipeline(args, settings_, output_dir, data_root, checked, log, run_started, start) -> int:
+    from tfx_accum.pipeline import local_runner
+    from tfx_accum.pipeline.report import mark_unfinished_as_canceled, read_summary
+
+    metadata = str(output_dir / "metadata.sqlite")
+    try:
+        paths = local_runner.run_local(
+            data_root=data_root,
+            checked=checked,
+            output_dir=str(output_dir),
+            orchestrator=args.orchestrator,
+            enable_cache=not args.no_cache,
+            model_name=args.model,
+            label_key=args.label_key,
+            **settings_,
+        )
+        summary = read_summary(str(paths.metadata_path), run_started)
+        trial_files = _trial_files(summary, paths.output_dir)
+    except KeyboardInterrupt:
+        stopped = (
+            mark_unfinished_as_canceled(metadata, run_started) if Path(metadata).exists() else []
+        )
+        where = ", ".join(stopped) or local_runner.current_component() or "the run"
+        console.say(
+            f"[tfx-accum] interrupted: {where} stopped and marked canceled; the next run "
+            "resumes from the cache (the Trainer from its last backup)."
+        )
+        return 130
+    except Exception as error:  # noqa: BLE001 - reported with its cause, then exit 1
+        cause = console.tail(8)
+        console.say(f"tfx-accum run: error: {type(error).__name__}: {error}".strip())
+        if cause:
+            console.say("last lines of the log:")
+            for line in cause:
+                console.say(f"  {line[:200]}")
+        console.say(f"full log: {log}")
+        return 1
+    for line in _summary_lines(
+        summary, args.accuracy_threshold, trial_files, time.monotonic() - start
+    ):
+        console.say(line)
     return 0
 
 
@@ -397,6 +430,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except InputError as error:  # bad input: a clear message, no traceback
         print(f"tfx-accum {args.command}: error: {error}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # before any component started: nothing to resume
+        print(
+            f"tfx-accum {args.command}: interrupted before the pipeline started.", file=sys.stderr
+        )
+        return 130
 
 
 if __name__ == "__main__":

@@ -231,6 +231,22 @@ def _complete_resources(pipeline_spec: dict[str, Any]) -> None:
             accelerator["resourceCount"] = str(accelerator["count"])
 
 
+# A preempted (spot) accelerator pod is retried; the Trainer resumes from its backup.
+RETRY_POLICY = {
+    "maxRetryCount": 3,
+    "backoffDuration": "60s",
+    "backoffFactor": 2.0,
+    "backoffMaxDuration": "600s",
+}
+
+
+def _add_retry_policy(pipeline_spec: dict[str, Any]) -> None:
+    tasks = pipeline_spec.get("root", {}).get("dag", {}).get("tasks", {})
+    for name in ACCELERATED_COMPONENTS:
+        if name in tasks:
+            tasks[name]["retryPolicy"] = dict(RETRY_POLICY)
+
+
 def _platform_spec(pool: NodePool, labels: list[str]) -> dict[str, Any]:
     executors = {
         label: {"nodeSelector": {"labels": pool.node_selector()}, "tolerations": pool.tolerations()}
@@ -315,6 +331,7 @@ def compile_pipeline(
     job = runner.run(pipeline, write_out=False)
     pipeline_spec = job["pipelineSpec"]
     _complete_resources(pipeline_spec)
+    _add_retry_policy(pipeline_spec)
     if target == "kfp":
         header = (
             f"# tfx-accum pipeline for Kubeflow Pipelines, node pool {pool.name!r} "

@@ -47,6 +47,13 @@ class LocalPaths:
         return self.output_dir / "data" / "digits"
 
 
+_current: list[str] = []  # the component running now, for an interrupt's message
+
+
+def current_component() -> str | None:
+    return _current[-1] if _current else None
+
+
 class _ProgressHandler(logging.Handler):
     """Turns TFX's orchestration log lines into short progress lines on stdout."""
 
@@ -66,12 +73,14 @@ class _ProgressHandler(logging.Handler):
             return
         if match := self._RUNNING.match(message):
             self._current = match.group(1)
+            _current[:] = [self._current]
             self._started[self._current] = time.monotonic()
             console.say(f"[pipeline] {self._current} running ...")
         elif message.startswith("A cached execution") and self._current:
             self._cached.add(self._current)
         elif match := self._FINISHED.match(message):
             name = match.group(1)
+            _current.clear()
             elapsed = time.monotonic() - self._started.get(name, time.monotonic())
             how = "served from cache" if name in self._cached else "done"
             console.say(f"[pipeline] {name} {how} ({elapsed:.1f} s)")

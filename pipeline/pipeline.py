@@ -99,7 +99,7 @@ def create_pipeline(
     )
     components: list[Any] = [example_gen, statistics_gen, schema_gen, example_validator]
 
-    hyperparameters = None
+    best_hyperparameters = None  # the Tuner's output channel, when tuning
     if tune:
         # The Tuner budgets trials in examples (search_space.tuning_epochs) and reads the
         # whole eval split: its TrainArgs/EvalArgs are required by TFX but unused, and kept
@@ -112,19 +112,21 @@ def create_pipeline(
             eval_args=tfx.proto.EvalArgs(),
             custom_config={**custom_config, "search_space": search_space.to_config()},
         )
-        hyperparameters = tuner.outputs["best_hyperparameters"]
+        best_hyperparameters = tuner.outputs["best_hyperparameters"]
         components.append(tuner)
     else:
         custom_config["hyperparameters"] = (hyperparameters or Hyperparameters()).to_values()
 
+    # A stable place for the Trainer's training-state backups (see trainer.backup_location).
+    trainer_config = {**custom_config, "backup_root": f"{pipeline_root}/_backup"}
     trainer = tfx.components.Trainer(
         run_fn=RUN_FN,
         examples=example_gen.outputs["examples"],
         schema=schema_gen.outputs["schema"],
-        hyperparameters=hyperparameters,
+        hyperparameters=best_hyperparameters,
         train_args=tfx.proto.TrainArgs(num_steps=train_steps),
         eval_args=tfx.proto.EvalArgs(),  # validation reads the whole eval split
-        custom_config=custom_config,
+        custom_config=trainer_config,
     )
     evaluator = tfx.components.Evaluator(
         examples=example_gen.outputs["examples"],

@@ -1,4 +1,4 @@
-"""Reads a finished run's results from ML Metadata: summary, trial table and plot."""
+"""Reads a finished run's own results from ML Metadata: summary, trial table and plot."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from tfx_accum.pipeline.files import atomic_write
 
 @dataclasses.dataclass
 class RunSummary:
+    run_id: str | None
     best_hyperparameters: Hyperparameters | None
     accuracy: float | None
     blessed: bool | None
@@ -29,16 +30,33 @@ class RunSummary:
     trials: list[dict[str, Any]]
 
 
-def _latest_uri(store: metadata_store.MetadataStore, type_name: str) -> tuple[str, Any] | None:
+def _run_outputs(
+    store: metadata_store.MetadataStore, run_started: str
+) -> tuple[str | None, dict[str, Any], list[Any]]:
+    """This run's output artifacts by type name, from its pipeline-run context.
+
+    The local runners name each run's context with the ISO time it started; the one
+    started at or after ``run_started`` is this run (the output directory's lock keeps
+    other runs out). Cached executions belong to the run too, with the earlier artifacts
+    as their outputs.
+    """
     try:
-        artifacts = store.get_artifacts_by_type(type_name)
-    except Exception:  # noqa: BLE001 - type not registered yet: no such artifact
-        return None
-    live = [a for a in artifacts if a.state == metadata_store_pb2.Artifact.LIVE] or artifacts
-    if not live:
-        return None
-    latest = max(live, key=lambda a: (a.last_update_time_since_epoch, a.id))
-    return latest.uri, latest
+        contexts = store.get_contexts_by_type("pipeline_run")
+    except Exception:  # noqa: BLE001 - no run recorded yet
+        contexts = []
+    mine = [c for c in contexts if c.name >= run_started]
+    if not mine:
+        return None, {}, []
+    context = min(mine, key=lambda c: c.name)
+    executions = store.get_executions_by_context(context.id)
+    events = store.get_events_by_execution_ids([e.id for e in executions])
+    ids = sorted({e.artifact_id for e in events if e.type == metadata_store_pb2.Event.OUTPUT})
+    artifacts = store.get_artifacts_by_id(ids) if ids else []
+    types = {t.id: t.name for t in store.get_artifact_types_by_id({a.type_id for a in artifacts})}
+    by_type: dict[str, Any] = {}
+    for artifact in sorted(artifacts, key=lambda a: a.id):
+        by_type[types[artifact.type_id]] = artifact
+    return context.name, by_type, list(executions)
 
 
 def _accuracy(eval_uri: str) -> float | None:
@@ -57,37 +75,57 @@ def _accuracy(eval_uri: str) -> float | None:
     return None
 
 
-def read_summary(metadata_path: str) -> RunSummary:
-    """The latest best hyperparameters, evaluation, blessing and push in ``metadata_path``."""
+def read_summary(metadata_path: str, run_started: str) -> RunSummary:
+    """This run's best hyperparameters, trials, evaluation, blessing and push.
+
+    ``run_started``: the ISO time taken just before the run started (see ``_run_outputs``);
+    nothing of an earlier run is reported as this one's.
+    """
     connection = metadata_store_pb2.ConnectionConfig()
     connection.sqlite.filename_uri = metadata_path
     connection.sqlite.connection_mode = metadata_store_pb2.SqliteMetadataSourceConfig.READONLY
     store = metadata_store.MetadataStore(connection)
+    run_id, outputs, _ = _run_outputs(store, run_started)
     best = None
-    found = _latest_uri(store, "HyperParameters")
-    if found:
-        path = Path(found[0]) / "best_hyperparameters.txt"
+    if "HyperParameters" in outputs:
+        path = Path(outputs["HyperParameters"].uri) / "best_hyperparameters.txt"
         if path.exists():
             best = Hyperparameters.from_values(json.loads(path.read_text()).get("values"))
     trials: list[dict[str, Any]] = []
-    found = _latest_uri(store, "TunerResults")
-    if found:
-        path = Path(found[0]) / "tuner_results.json"
+    if "TunerResults" in outputs:
+        path = Path(outputs["TunerResults"].uri) / "tuner_results.json"
         if path.exists():
             trials = json.loads(path.read_text())
     accuracy = None
-    found = _latest_uri(store, "ModelEvaluation")
-    if found:
-        accuracy = _accuracy(found[0])
+    if "ModelEvaluation" in outputs:
+        accuracy = _accuracy(outputs["ModelEvaluation"].uri)
     blessed = None
-    found = _latest_uri(store, "ModelBlessing")
-    if found:
-        blessed = bool(found[1].custom_properties["blessed"].int_value)
+    if "ModelBlessing" in outputs:
+        blessed = bool(outputs["ModelBlessing"].custom_properties["blessed"].int_value)
     pushed_to = None
-    found = _latest_uri(store, "PushedModel")
-    if found and found[1].custom_properties["pushed"].int_value:
-        pushed_to = found[1].custom_properties["pushed_destination"].string_value
-    return RunSummary(best, accuracy, blessed, pushed_to, trials)
+    pushed = outputs.get("PushedModel")
+    if pushed is not None and pushed.custom_properties["pushed"].int_value:
+        pushed_to = pushed.custom_properties["pushed_destination"].string_value
+    return RunSummary(run_id, best, accuracy, blessed, pushed_to, trials)
+
+
+def mark_unfinished_as_canceled(metadata_path: str, run_started: str) -> list[str]:
+    """After an interrupt: this run's executions still RUNNING become CANCELED.
+
+    TFX leaves an interrupted execution RUNNING; CANCELED says what happened, and like
+    RUNNING it is never served from the cache. Returns the components it marked.
+    """
+    connection = metadata_store_pb2.ConnectionConfig()
+    connection.sqlite.filename_uri = metadata_path
+    store = metadata_store.MetadataStore(connection)
+    _, _, executions = _run_outputs(store, run_started)
+    running = [e for e in executions if e.last_known_state == metadata_store_pb2.Execution.RUNNING]
+    for execution in running:
+        execution.last_known_state = metadata_store_pb2.Execution.CANCELED
+    if running:
+        store.put_executions(running)
+    types = {t.id: t.name for t in store.get_execution_types_by_id({e.type_id for e in running})}
+    return [types[e.type_id].rsplit(".", 1)[-1] for e in running]
 
 
 def write_trials(trials: list[dict[str, Any]], output_dir: Path) -> tuple[Path, Path] | None:

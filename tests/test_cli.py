@@ -154,3 +154,19 @@ def test_beam_arguments_follow_the_input_size_and_the_pod():
     ]
     with pytest.raises(InputError, match="Beam options"):
         parse_beam_args("DataflowRunner")
+
+
+def test_no_tune_hyperparameters_reach_the_trainer_config():
+    from tfx_accum.pipeline.pipeline import create_pipeline
+
+    pipeline = create_pipeline(
+        "p",
+        "/tmp/root",
+        "/tmp/data",
+        "/tmp/serving",
+        tune=False,
+        hyperparameters=Hyperparameters(accumulation_steps=2, micro_batch_size=8),
+    )
+    trainer = next(c for c in pipeline.components if c.id == "Trainer")
+    config = trainer.exec_properties["custom_config"]
+    assert '"accumulation_steps": 2' in config and '"micro_batch_size": 8' in config

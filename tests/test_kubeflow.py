@@ -138,6 +138,15 @@ def test_the_pipeline_references_packaged_code_not_a_module_file(compiled):
     assert "module_file" not in text and "_wheels" not in text
 
 
+@pytest.mark.parametrize("pool", ["gpu", "tpu"])
+def test_tuner_and_trainer_are_retried_after_preemption(compiled, pool):
+    spec = next(yaml.safe_load_all(compiled[pool].read_text()))
+    tasks = spec["root"]["dag"]["tasks"]
+    for name in ("Tuner", "Trainer"):
+        assert tasks[name]["retryPolicy"]["maxRetryCount"] >= 1, name
+    assert "retryPolicy" not in tasks["CsvExampleGen"]
+
+
 def test_beam_workers_follow_the_pod_not_the_node(compiled):
     text = compiled["gpu"].read_text()
     # direct_num_workers=0 would start one worker per CPU of the node.

@@ -1,0 +1,97 @@
+"""The output directory: checked before anything runs, and one run at a time.
+
+Two runs writing into one ``--output-dir`` would report each other's results as their own
+(the same ML Metadata store, the same trial files). :func:`claim` takes an exclusive
+``flock`` on ``<output>/.tfx-accum.lock`` for the whole run: a second run is refused at
+once, naming the first; the kernel releases the lock when a run ends, also when it
+crashes or is killed, so a lock is never left stuck.
+
+Example:
+
+```python
+with claim(Path("tfx_accum_output")):
+    ...  # this process is the only run writing there
+```
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import sqlite3
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from tfx_accum.pipeline.errors import InputError
+
+LOCK_NAME = ".tfx-accum.lock"
+METADATA_NAME = "metadata.sqlite"
+
+
+def check(output_dir: Path) -> None:
+    """One-line errors for an output directory that cannot be used; creates it if absent."""
+    if output_dir.exists() and not output_dir.is_dir():
+        raise InputError(
+            f"--output-dir {str(output_dir)!r} is a file, not a directory; "
+            "pass a directory (it is created if missing)."
+        )
+    try:
+        output_dir.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=output_dir, prefix=".write-test-")
+        os.close(fd)
+        os.remove(probe)
+    except OSError as error:
+        raise InputError(
+            f"--output-dir {str(output_dir)!r} cannot be written ({error.strerror}); "
+            "choose a writable directory."
+        ) from None
+    metadata = output_dir / METADATA_NAME
+    if metadata.exists():
+        try:
+            with contextlib.closing(
+                sqlite3.connect(f"file:{metadata}?mode=rw", uri=True, timeout=1)
+            ) as connection:
+                connection.execute("PRAGMA schema_version").fetchone()
+        except sqlite3.Error as error:
+            raise InputError(
+                f"The metadata store {str(metadata)!r} cannot be opened ({error}); move it "
+                "away to start afresh (the cache is lost), or use another --output-dir."
+            ) from None
+
+
+@contextlib.contextmanager
+def claim(output_dir: Path) -> Iterator[None]:
+    """Holds the output directory for this process; refuses if another run holds it."""
+    path = output_dir / LOCK_NAME
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _holder(path)
+            raise InputError(
+                f"--output-dir {str(output_dir)!r} is in use by another tfx-accum run "
+                f"({holder}); wait for it to finish, or use another --output-dir."
+            ) from None
+        os.ftruncate(fd, 0)
+        info = {"pid": os.getpid(), "started": time.strftime("%Y-%m-%d %H:%M:%S")}
+        info["command"] = " ".join(sys.argv[:1] + sys.argv[1:8])
+        os.write(fd, json.dumps(info).encode())
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _holder(path: Path) -> str:
+    try:
+        info = json.loads(path.read_text() or "{}")
+    except (OSError, ValueError):
+        info = {}
+    if not info:
+        return "process unknown"
+    return f"pid {info.get('pid')}, started {info.get('started')}"

@@ -1,0 +1,234 @@
+"""Every run tells the truth about itself and survives interruption, with real processes.
+
+Runs use fixed hyperparameters (``--no-tune``) where the Tuner is not the point, so that an
+interrupted-and-resumed Trainer can be compared weight for weight with an uninterrupted
+one: both are seeded, read the same shuffled stream, and accumulate exactly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+CLI = [sys.executable, "-m", "tfx_accum.pipeline"]
+# Batch 2 x 16 = 32: 37 updates per epoch on the 1,171 training rows, 160 updates = 5 epochs.
+NO_TUNE = [
+    "--no-tune",
+    "--accumulation-steps",
+    "2",
+    "--micro-batch-size",
+    "16",
+    "--learning-rate",
+    "0.003",
+    "--train-steps",
+    "160",
+    "--accuracy-threshold",
+    "0.5",
+]
+TUNED = [
+    "--max-trials",
+    "2",
+    "--tuning-epochs",
+    "1",
+    "--train-steps",
+    "60",
+    "--accumulation-steps-choices",
+    "1,2",
+    "--micro-batch-choices",
+    "16,32",
+    "--accuracy-threshold",
+    "0.5",
+]
+
+
+class Run:
+    """A ``tfx-accum run`` in its own process group, read line by line as it goes."""
+
+    def __init__(self, out: Path, args: list[str]):
+        self.proc = subprocess.Popen(
+            [*CLI, "--output-dir", str(out), *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            bufsize=1,
+            start_new_session=True,
+        )
+        self.lines: list[str] = []
+
+    def wait_for(self, pattern: str, timeout: float = 600) -> str:
+        deadline = time.monotonic() + timeout
+        regex = re.compile(pattern)
+        while time.monotonic() < deadline:
+            line = self.proc.stdout.readline()
+            if not line:
+                break
+            self.lines.append(line.rstrip("\n"))
+            if regex.search(line):
+                return line
+        self.proc.kill()
+        raise AssertionError(f"never saw {pattern!r}:\n" + "\n".join(self.lines[-30:]))
+
+    def signal_group(self, signum: int) -> None:
+        os.killpg(self.proc.pid, signum)
+
+    def finish(self, timeout: float = 300) -> tuple[int, str, str]:
+        out, err = self.proc.communicate(timeout=timeout)
+        self.lines.extend(out.splitlines())
+        return self.proc.returncode, "\n".join(self.lines), err
+
+
+def run_to_end(out: Path, args: list[str]) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [*CLI, "--output-dir", str(out), *args], capture_output=True, text=True, timeout=900
+    )
+
+
+def pushed_model(stdout: str) -> Path:
+    return Path(re.search(r"pushed to: (\S+)", stdout).group(1))
+
+
+def served_variables(path: Path) -> list[np.ndarray]:
+    import tensorflow as tf
+
+    loaded = tf.saved_model.load(str(path))
+    return [v.numpy() for v in sorted(loaded.variables, key=lambda v: v.name)]
+
+
+def execution_states(out: Path) -> dict[str, int]:
+    """The last execution state of each component type (MLMD's sqlite schema)."""
+    with contextlib.closing(sqlite3.connect(out / "metadata.sqlite")) as db:
+        rows = db.execute(
+            "SELECT Type.name, Execution.last_known_state FROM Execution "
+            "JOIN Type ON Type.id = Execution.type_id ORDER BY Execution.id"
+        ).fetchall()
+    return {name.rsplit(".", 1)[-1]: state for name, state in rows}
+
+
+CANCELED = 6  # ml_metadata Execution.State (COMPLETE is 3, CACHED 5)
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    out = tmp_path_factory.mktemp("uninterrupted")
+    proc = run_to_end(out, NO_TUNE)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return served_variables(pushed_model(proc.stdout))
+
+
+def assert_same_weights(a: list[np.ndarray], b: list[np.ndarray]) -> None:
+    assert len(a) == len(b)
+    assert max(float(np.max(np.abs(x - y))) for x, y in zip(a, b)) <= 1e-6
+
+
+def test_killed_trainer_resumes_to_the_uninterrupted_weights(uninterrupted, tmp_path):
+    out = tmp_path / "killed"
+    run = Run(out, NO_TUNE)
+    run.wait_for(r"^\[trainer\] \d+/160 updates \(50%\)")  # two epochs backed up by now
+
+    # Meanwhile a second run into the same directory is refused at once, naming the first.
+    second = run_to_end(out, NO_TUNE)
+    assert second.returncode == 2, second.stdout + second.stderr
+    assert f"in use by another tfx-accum run (pid {run.proc.pid}" in second.stderr
+    assert second.stderr.count("\n") == 1 and "[pipeline]" not in second.stdout
+
+    run.signal_group(signal.SIGKILL)
+    run.finish()
+    rerun = run_to_end(out, NO_TUNE)
+    assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
+    assert "[pipeline] CsvExampleGen served from cache" in rerun.stdout
+    assert re.search(r"resuming after epoch [1-4] from ", rerun.stdout), rerun.stdout
+    assert_same_weights(served_variables(pushed_model(rerun.stdout)), uninterrupted)
+
+
+def test_ctrl_c_in_the_trainer_exits_130_with_one_line_and_resumes(uninterrupted, tmp_path):
+    out = tmp_path / "sigint-trainer"
+    run = Run(out, NO_TUNE)
+    run.wait_for(r"^\[trainer\] \d+/160 updates \(50%\)")
+    run.signal_group(signal.SIGINT)
+    code, stdout, stderr = run.finish()
+    assert code == 130, stdout[-2000:] + stderr[-2000:]
+    assert stdout.splitlines()[-1].startswith("[tfx-accum] interrupted: Trainer stopped")
+    assert "Traceback" not in stdout + stderr
+    assert execution_states(out)["Trainer"] == CANCELED  # not marked as finished
+
+    rerun = run_to_end(out, NO_TUNE)
+    assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
+    assert "resuming after epoch" in rerun.stdout
+    assert_same_weights(served_variables(pushed_model(rerun.stdout)), uninterrupted)
+
+
+def test_ctrl_c_in_the_tuner_then_rerun_and_no_tune_reports_its_own_run(tmp_path):
+    out = tmp_path / "sigint-tuner"
+    run = Run(out, TUNED)
+    run.wait_for(r"^\[tuner\] .* search over")
+    run.signal_group(signal.SIGINT)
+    code, stdout, stderr = run.finish()
+    assert code == 130, stdout[-2000:] + stderr[-2000:]
+    assert stdout.splitlines()[-1].startswith("[tfx-accum] interrupted: Tuner stopped")
+    assert "Traceback" not in stdout + stderr
+    assert execution_states(out)["Tuner"] == CANCELED
+
+    rerun = run_to_end(out, TUNED)
+    assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
+    assert "[pipeline] StatisticsGen served from cache" in rerun.stdout
+    assert "[pipeline] Tuner done" in rerun.stdout
+    tuned_best = re.search(r"best trial: (.*)", rerun.stdout).group(1)
+    trials_csv = (out / "trials.csv").read_bytes()
+
+    # --no-tune into the directory of a tuned run: the summary is this run's, and the
+    # earlier trial files are left alone and said to be earlier ones.
+    plain = run_to_end(out, NO_TUNE)
+    assert plain.returncode == 0, plain.stdout[-3000:] + plain.stderr[-3000:]
+    assert "tuning: off" in plain.stdout and tuned_best not in plain.stdout
+    assert "best trial" not in plain.stdout
+    assert "trials.csv and trials.png are from an earlier run" in plain.stdout
+    assert "accumulation_steps=2 micro_batch=16 lr=0.003" in plain.stdout
+    assert (out / "trials.csv").read_bytes() == trials_csv
+
+
+@pytest.fixture
+def read_only_dir(tmp_path):
+    path = tmp_path / "ro"
+    path.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro", "tmpfs", str(path)])
+    if mounted.returncode != 0:
+        pytest.skip("cannot mount a read-only tmpfs here (needs root)")
+    yield path
+    subprocess.run(["umount", str(path)], check=True)
+
+
+def _bad_output_dir(case: str, tmp_path: Path, read_only: Path | None) -> tuple[Path, str]:
+    if case == "read-only":
+        return read_only / "out", "cannot be written"
+    if case == "a file":
+        path = tmp_path / "afile"
+        path.write_text("x")
+        return path, "is a file, not a directory"
+    out = tmp_path / "corrupt"
+    out.mkdir()
+    (out / "metadata.sqlite").write_bytes(b"this is not a database" * 100)
+    return out, "metadata store"
+
+
+@pytest.mark.parametrize("case", ["read-only", "a file", "corrupt metadata"])
+def test_output_dir_problems_are_one_line_errors(case, tmp_path, request, capsys):
+    from tfx_accum.pipeline.cli import main
+
+    read_only = request.getfixturevalue("read_only_dir") if case == "read-only" else None
+    out, message = _bad_output_dir(case, tmp_path, read_only)
+    before = sorted(p.name for p in out.parent.rglob("*"))
+    assert main(["run", "--output-dir", str(out), "--no-tune"]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1, err
+    assert err.startswith("tfx-accum run: error: ")
+    assert sorted(p.name for p in out.parent.rglob("*")) == before  # nothing written
