@@ -109,8 +109,10 @@ def read_summary(metadata_path: str, run_started: str) -> RunSummary:
     return RunSummary(run_id, best, accuracy, blessed, pushed_to, trials)
 
 
-def mark_unfinished_as_canceled(metadata_path: str, run_started: str) -> list[str]:
-    """After an interrupt: this run's executions still RUNNING become CANCELED.
+def mark_unfinished_as_canceled(metadata_path: str, run_started: str | None) -> list[str]:
+    """Executions still RUNNING become CANCELED: this run's after an interrupt, or (with
+    ``run_started=None``, called while holding the output directory's lock) those left by
+    a run that was killed.
 
     TFX leaves an interrupted execution RUNNING; CANCELED says what happened, and like
     RUNNING it is never served from the cache. Returns the components it marked.
@@ -118,7 +120,10 @@ def mark_unfinished_as_canceled(metadata_path: str, run_started: str) -> list[st
     connection = metadata_store_pb2.ConnectionConfig()
     connection.sqlite.filename_uri = metadata_path
     store = metadata_store.MetadataStore(connection)
-    _, _, executions = _run_outputs(store, run_started)
+    if run_started is None:
+        executions = store.get_executions()
+    else:
+        _, _, executions = _run_outputs(store, run_started)
     running = [e for e in executions if e.last_known_state == metadata_store_pb2.Execution.RUNNING]
     for execution in running:
         execution.last_known_state = metadata_store_pb2.Execution.CANCELED

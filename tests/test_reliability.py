@@ -114,7 +114,7 @@ def execution_states(out: Path) -> dict[str, int]:
     return {name.rsplit(".", 1)[-1]: state for name, state in rows}
 
 
-CANCELED = 6  # ml_metadata Execution.State (COMPLETE is 3, CACHED 5)
+RUNNING, CANCELED = 2, 6  # ml_metadata Execution.State (COMPLETE is 3, CACHED 5)
 
 
 @pytest.fixture(scope="module")
@@ -143,8 +143,10 @@ def test_killed_trainer_resumes_to_the_uninterrupted_weights(uninterrupted, tmp_
 
     run.signal_group(signal.SIGKILL)
     run.finish()
+    assert execution_states(out)["Trainer"] == RUNNING  # what a killed process leaves
     rerun = run_to_end(out, NO_TUNE)
     assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
+    assert "an earlier run was stopped during Trainer; marked canceled" in rerun.stdout
     assert "[pipeline] CsvExampleGen served from cache" in rerun.stdout
     assert re.search(r"resuming after epoch [1-4] from ", rerun.stdout), rerun.stdout
     assert_same_weights(served_variables(pushed_model(rerun.stdout)), uninterrupted)
