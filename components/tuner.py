@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from typing import Any
 
+import keras
 import keras_tuner
 import tensorflow as tf
 from tfx import v1 as tfx
@@ -58,6 +60,8 @@ class AccumulationHyperModel(keras_tuner.HyperModel):
         self.model_name = model_name
         self.num_classes = num_classes
         self.replicas = replicas
+        self.last_timing: EpochTimes | None = None  # of the latest fit, for the trial line
+        self._models: dict[int, tuple[keras.Model, list]] = {}  # k -> model, initial state
 
     def declare(self, hp: keras_tuner.HyperParameters) -> tuple[int, int, float]:
         steps = hp.Choice(
@@ -73,17 +77,35 @@ class AccumulationHyperModel(keras_tuner.HyperModel):
         return steps, micro, lr
 
     def build(self, hp: keras_tuner.HyperParameters):
+        """The trial's model: compiled once per accumulation step count, then reused.
+
+        Every trial starts from the same initial weights (seeded) and a fresh optimizer
+        state; only ``k`` changes the model, so a model built and traced for one ``k`` is
+        reset and reused by later trials with the same ``k`` (a different micro-batch only
+        changes the batch size, a different learning rate is a variable). Tracing the
+        training step was most of a small trial's time.
+        """
         steps, micro, lr = self.declare(hp)
-        plan = replica_plan(steps, micro, self.replicas)
-        return build_model(
-            self.model_name,
-            self.splits.keys,
-            self.num_classes,
-            plan.steps_per_replica,
-            lr,
-            self.splits.mean,
-            self.splits.variance,
-        )
+        k = replica_plan(steps, micro, self.replicas).steps_per_replica
+        if k not in self._models:
+            keras.utils.set_random_seed(self.space.seed)
+            model = build_model(
+                self.model_name,
+                self.splits.keys,
+                self.num_classes,
+                k,
+                lr,
+                self.splits.mean,
+                self.splits.variance,
+            )
+            model.optimizer.build(model.trainable_variables)
+            state = [v.numpy() for v in (*model.variables, *model.optimizer.variables)]
+            self._models[k] = (model, state)
+        model, state = self._models[k]
+        for variable, value in zip((*model.variables, *model.optimizer.variables), state):
+            variable.assign(value)
+        model.optimizer.learning_rate = lr
+        return model
 
     def fit(self, hp: keras_tuner.HyperParameters, model, *args, **kwargs):
         steps, micro = hp.get(HP_ACCUMULATION_STEPS), hp.get(HP_MICRO_BATCH_SIZE)
@@ -100,8 +122,10 @@ class AccumulationHyperModel(keras_tuner.HyperModel):
         kwargs.pop("validation_data", None)
         train = batched(self.splits.train, batch, shuffle_seed=self.space.seed)
         validation = self.splits.eval.batch(EVAL_BATCH)
+        timing = EpochTimes()
+        kwargs["callbacks"] = [*kwargs.get("callbacks", []), timing]
         try:
-            return model.fit(
+            history = model.fit(
                 train,
                 steps_per_epoch=math.ceil(examples / batch),
                 epochs=epochs,
@@ -109,16 +133,43 @@ class AccumulationHyperModel(keras_tuner.HyperModel):
                 verbose=0,
                 **kwargs,
             )
+            self.last_timing = timing
+            return history
         except tf.errors.ResourceExhaustedError as error:
             raise keras_tuner.errors.FailedTrialError(
                 f"out of memory with micro-batch {micro} (x{steps} steps): {error.message[:200]}"
             ) from error
 
 
+class EpochTimes(keras.callbacks.Callback):
+    """Where a trial's time goes: ``fit`` in all, and its first epoch (tracing included)."""
+
+    def on_train_begin(self, logs=None):
+        self.start = time.monotonic()
+        self.epochs: list[float] = []
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.epochs.append(time.monotonic() - self.start - sum(self.epochs))
+
+    def describe(self) -> str:
+        if not self.epochs:
+            return ""
+        rest = self.epochs[1:]
+        later = f", later epochs {sum(rest) / len(rest):.1f} each" if rest else ""
+        return f" (fit {sum(self.epochs):.1f}: first epoch {self.epochs[0]:.1f}{later})"
+
+
 class _ReportingMixin:
     """Prints one line per finished trial and fails clearly if every trial failed."""
 
+    def on_trial_begin(self, trial):
+        self._trial_started = time.monotonic()
+        self.hypermodel.last_timing = None
+        super().on_trial_begin(trial)
+
     def on_trial_end(self, trial):
+        seconds = time.monotonic() - getattr(self, "_trial_started", time.monotonic())
+        timing = getattr(self.hypermodel, "last_timing", None)
         super().on_trial_end(trial)
         values = trial.hyperparameters.values
         steps, micro = values.get(HP_ACCUMULATION_STEPS), values.get(HP_MICRO_BATCH_SIZE)
@@ -130,7 +181,8 @@ class _ReportingMixin:
             message = " - " + trial.message.strip().splitlines()[-1][:160]
         console.say(
             f"[tuner] trial {trial.trial_id}: accumulation_steps={steps} micro_batch={micro} "
-            f"lr={lr:.2e} (effective batch {effective}) -> {score} [{trial.status}]{message}"
+            f"lr={lr:.2e} (effective batch {effective}) -> {score} [{trial.status}] "
+            f"{seconds:.1f} s{timing.describe() if timing else ''}{message}"
         )
 
     def search(self, *args, **kwargs):

@@ -2,7 +2,7 @@
 
 import sys
 
-from tfx_accum.pipeline.cli import main
+from tfx_accum.pipeline.cli import entry
 
 if __name__ == "__main__":
-    sys.exit(main(["run", *sys.argv[1:]]))
+    entry(["run", *sys.argv[1:]])

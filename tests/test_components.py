@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import keras
+import keras_tuner
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -123,17 +124,20 @@ def _tiny_splits() -> Splits:
 
 
 class _OutOfMemoryAbove32(AccumulationHyperModel):
-    """Simulates a device where micro-batches above 32 do not fit."""
+    """Simulates a device where micro-batches above 32 do not fit: model.fit raises OOM."""
 
-    def build(self, hp):
-        model = super().build(hp)
-        if hp.get("micro_batch_size") > 32:
+    def fit(self, hp, model, *args, **kwargs):
+        if hp.get("micro_batch_size") <= 32:
+            return super().fit(hp, model, *args, **kwargs)
 
-            def fit(*args, **kwargs):
-                raise tf.errors.ResourceExhaustedError(None, None, "OOM when allocating tensor")
+        def out_of_memory(*args, **kwargs):
+            raise tf.errors.ResourceExhaustedError(None, None, "OOM when allocating tensor")
 
-            model.fit = fit
-        return model
+        model.fit = out_of_memory  # this trial only: the model is reused by later trials
+        try:
+            return super().fit(hp, model, *args, **kwargs)
+        finally:
+            del model.fit
 
 
 def _search(tmp_path, micro_choices, trials):
@@ -216,3 +220,30 @@ def test_csv_validation_messages(tmp_path, text, message):
     (tmp_path / "d.csv").write_text(text)
     with pytest.raises(DataError, match=message):
         validate_csv_dir(str(tmp_path), "label")
+
+
+def test_a_reused_trial_model_trains_like_a_fresh_one():
+    """Trials with the same k reuse one traced model, reset to the same initial state."""
+    space = SearchSpace(accumulation_steps_choices=(2,), micro_batch_choices=(8, 16))
+
+    def hp(micro, lr):
+        values = keras_tuner.HyperParameters()
+        values.Fixed("accumulation_steps", 2)
+        values.Fixed("micro_batch_size", micro)
+        values.Fixed("learning_rate", lr)
+        return values
+
+    def train(hypermodel, values):
+        model = hypermodel.build(values)
+        hypermodel.fit(values, model, epochs=2)
+        return [w.copy() for w in model.get_weights()], int(model.optimizer.iterations)
+
+    reused = AccumulationHyperModel(space, _tiny_splits(), "mlp", 2)
+    train(reused, hp(16, 0.05))
+    second, updates = train(reused, hp(8, 0.01))
+    assert len(reused._models) == 1  # one model for k=2
+    fresh, fresh_updates = train(
+        AccumulationHyperModel(space, _tiny_splits(), "mlp", 2), hp(8, 0.01)
+    )
+    assert updates == fresh_updates == 2 * 6  # 96 rows at effective batch 2 x 8 = 16
+    assert max(float(np.max(np.abs(a - b))) for a, b in zip(second, fresh)) < 1e-6

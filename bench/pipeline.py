@@ -1,0 +1,171 @@
+"""Wall time of the local pipeline as a user meets it, component by component.
+
+Runs, each as its own ``tfx-accum run`` process on the embedded digits:
+
+1. the default pipeline (tuning on, default budget) in a fresh output directory;
+2. the same command again (served from the cache);
+3. ``--no-tune`` in a fresh output directory;
+
+and reports each one's wall time (process start to exit), the time from the summary's
+last line to the process's exit, and the per-component times the run printed; with
+``--setup``, also the first set-up of a fresh clone (``scripts/setup_env.sh`` into a new
+virtual environment). Run with ``python -m bench.pipeline [--setup]``; the figures go to
+``bench/results/pipeline.md`` and ``pipeline.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+COMPONENT = re.compile(r"^\[pipeline\] (\w+) (done|served from cache) \(([\d.]+) s\)")
+TRIAL = re.compile(r"^\[tuner\] trial \d+: .* -> val_accuracy=([\d.]+)")
+ACCURACY = re.compile(r"^evaluation accuracy: ([\d.]+)")
+
+
+def timed_run(args: list[str], env: dict | None = None) -> dict:
+    """Runs ``tfx-accum run ARGS``; times from start to exit and from summary to exit."""
+    start = time.monotonic()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tfx_accum.pipeline", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        bufsize=1,
+        cwd=ROOT,
+        env={**os.environ, **(env or {})},
+    )
+    components: dict[str, float] = {}
+    trials: list[float] = []
+    accuracy = summary_at = None
+    lines = []
+    for line in proc.stdout:
+        lines.append(line.rstrip("\n"))
+        if match := COMPONENT.match(line):
+            components[match.group(1)] = float(match.group(3))
+        elif match := TRIAL.match(line):
+            trials.append(float(match.group(1)))
+        elif match := ACCURACY.match(line):
+            accuracy = float(match.group(1))
+        elif line.startswith("wall time: "):
+            summary_at = time.monotonic()
+    stderr = proc.stderr.read()
+    proc.wait()
+    end = time.monotonic()
+    if proc.returncode != 0:
+        raise RuntimeError(f"run {args} failed:\n" + "\n".join(lines[-20:]) + stderr[-2000:])
+    return {
+        "args": args,
+        "wall_s": end - start,
+        "exit_after_summary_s": end - summary_at if summary_at else None,
+        "components_s": components,
+        "trials": len(trials),
+        "best_trial_accuracy": max(trials) if trials else None,
+        "eval_accuracy": accuracy,
+        "console_lines": len(lines),
+    }
+
+
+def setup_time() -> float:
+    """A fresh clone's first ``scripts/setup_env.sh`` (package caches as they are)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        clone = Path(tmp) / "clone"
+        subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
+        start = time.monotonic()
+        subprocess.run(["bash", "scripts/setup_env.sh"], cwd=clone, check=True)
+        return time.monotonic() - start
+
+
+def to_markdown(result: dict) -> str:
+    runs = result["runs"]
+    names = list(runs)
+    components = sorted({c for r in runs.values() for c in r["components_s"]}, key=_order)
+    lines = [
+        "| component | " + " | ".join(names) + " |",
+        "| --- | " + " | ".join("---" for _ in names) + " |",
+    ]
+    for component in components:
+        cells = [
+            f"{runs[n]['components_s'][component]:.1f}"
+            if component in runs[n]["components_s"]
+            else "-"
+            for n in names
+        ]
+        lines.append(f"| {component} | " + " | ".join(cells) + " |")
+    lines.append(
+        "| **wall time (process start to exit)** | "
+        + " | ".join(f"**{runs[n]['wall_s']:.0f} s**" for n in names)
+        + " |"
+    )
+    lines.append(
+        "| exit after the summary | "
+        + " | ".join(f"{runs[n]['exit_after_summary_s']:.1f} s" for n in names)
+        + " |"
+    )
+    lines.append(
+        "| eval accuracy | "
+        + " | ".join(
+            f"{runs[n]['eval_accuracy']:.4f}" if runs[n]["eval_accuracy"] else "-" for n in names
+        )
+        + " |"
+    )
+    if result.get("setup_s") is not None:
+        lines.append("")
+        lines.append(
+            f"First set-up of a fresh clone (`scripts/setup_env.sh`): **{result['setup_s']:.0f} s**"
+        )
+    return "\n".join(lines)
+
+
+ORDER = (
+    "CsvExampleGen",
+    "StatisticsGen",
+    "SchemaGen",
+    "ExampleValidator",
+    "Tuner",
+    "Trainer",
+    "Evaluator",
+    "Pusher",
+)
+
+
+def _order(name: str) -> int:
+    return ORDER.index(name) if name in ORDER else len(ORDER)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.pipeline", description=__doc__)
+    parser.add_argument("--setup", action="store_true", help="also time a fresh clone's set-up")
+    parser.add_argument("--output", type=Path, default=ROOT / "bench" / "results")
+    args = parser.parse_args(argv)
+    work = Path(tempfile.mkdtemp(prefix="tfx-accum-bench-"))
+    try:
+        runs = {}
+        print("[bench] default pipeline (fresh) ...", flush=True)
+        runs["default"] = timed_run(["--output-dir", str(work / "default")])
+        print("[bench] default pipeline again (cached) ...", flush=True)
+        runs["cached re-run"] = timed_run(["--output-dir", str(work / "default")])
+        print("[bench] --no-tune (fresh) ...", flush=True)
+        runs["--no-tune"] = timed_run(["--output-dir", str(work / "no-tune"), "--no-tune"])
+        result = {"runs": runs, "setup_s": setup_time() if args.setup else None}
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    args.output.mkdir(parents=True, exist_ok=True)
+    md = to_markdown(result)
+    (args.output / "pipeline.md").write_text(md + "\n")
+    (args.output / "pipeline.json").write_text(json.dumps(result, indent=2) + "\n")
+    print(md)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
