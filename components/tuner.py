@@ -29,6 +29,7 @@ from tfx import v1 as tfx
 
 from tfx_accum import console
 from tfx_accum.components.data import Splits, batched, load_splits
+from tfx_accum.components.keras_tuner_adapter import NoSessionResetMixin
 from tfx_accum.components.models import build_model
 from tfx_accum.components.search_space import SearchSpace
 from tfx_accum.components.settings import (
@@ -198,15 +199,15 @@ class _ReportingMixin:
             )
 
 
-class RandomSearch(_ReportingMixin, keras_tuner.RandomSearch):
+class RandomSearch(_ReportingMixin, NoSessionResetMixin, keras_tuner.RandomSearch):
     pass
 
 
-class BayesianOptimization(_ReportingMixin, keras_tuner.BayesianOptimization):
+class BayesianOptimization(_ReportingMixin, NoSessionResetMixin, keras_tuner.BayesianOptimization):
     pass
 
 
-class Hyperband(_ReportingMixin, keras_tuner.Hyperband):
+class Hyperband(_ReportingMixin, NoSessionResetMixin, keras_tuner.Hyperband):
     pass
 
 
