@@ -119,10 +119,9 @@ def run_fn(fn_args: tfx.components.FnArgs) -> None:
         )
     # TPUs need static shapes: whole batches only (the GA model then slices statically).
     tpu = isinstance(strategy, tf.distribute.TPUStrategy)
-    steps_per_epoch = max(
-        1, min(math.ceil(splits.train_size / plan.global_batch), fn_args.train_steps)
-    )
-    epochs = len(epoch_plan(fn_args.train_steps, steps_per_epoch))
+    updates = training_updates(fn_args, splits.train_size, plan.global_batch)
+    steps_per_epoch = max(1, min(math.ceil(splits.train_size / plan.global_batch), updates))
+    epochs = len(epoch_plan(updates, steps_per_epoch))
     backup_dir = backup_location(fn_args, hp, settings)
     # A resumed run starts at the same place of the same shuffled stream (the stream is a
     # function of the seed only), so it ends with the weights of an uninterrupted run.
@@ -136,12 +135,13 @@ def run_fn(fn_args: tfx.components.FnArgs) -> None:
         # process, a preempted Kubeflow pod that is retried); saved at every epoch's end.
         keras.callbacks.BackupAndRestore(backup_dir, save_freq="epoch", delete_checkpoint=False),
         keras.callbacks.TensorBoard(log_dir=fn_args.model_run_dir, update_freq="epoch"),
-        StopAfterUpdates(fn_args.train_steps),
-        ProgressLine(fn_args.train_steps, plan.global_batch),
+        StopAfterUpdates(updates),
+        ProgressLine(updates, plan.global_batch),
     ]
     console.say(
-        f"[trainer] {fn_args.train_steps} optimizer updates at global batch "
-        f"{plan.global_batch} ({epochs} epochs, {strategy.num_replicas_in_sync} replica(s))"
+        f"[trainer] {updates} optimizer updates at global batch {plan.global_batch} = "
+        f"{updates * plan.global_batch:,} examples ({epochs} epochs, "
+        f"{strategy.num_replicas_in_sync} replica(s))"
         + (f"; resuming after epoch {resumed_epoch} from {backup_dir}" if resumed_epoch else "")
     )
     # One fit call, so that one shuffled input stream runs through every epoch; the last
@@ -162,6 +162,26 @@ def run_fn(fn_args: tfx.components.FnArgs) -> None:
     schema = load_schema(fn_args.schema_path)
     export_serving_model(model, feature_spec(schema, splits.keys), fn_args.serving_model_dir)
     tf.io.gfile.rmtree(backup_dir)  # finished: a later run with these inputs starts afresh
+
+
+def training_updates(fn_args, train_size: int, global_batch: int) -> int:
+    """``train_steps``, raised (when asked) to cover the examples each tuning trial saw.
+
+    A trial's budget is examples (``tuning_epochs`` passes); with a large effective batch the
+    default number of updates could cover a fraction of it, and the final model would be
+    worse than the best trial. ``custom_config["min_examples"]`` asks for at least as many.
+    """
+    minimum = (fn_args.custom_config or {}).get("min_examples")
+    if not minimum:
+        return fn_args.train_steps
+    examples = minimum["epochs"] * (minimum.get("examples_per_epoch") or train_size)
+    needed = math.ceil(examples / global_batch)
+    if needed > fn_args.train_steps:
+        console.say(
+            f"[trainer] {fn_args.train_steps} updates would cover fewer examples than each "
+            f"trial saw ({examples:,}); training {needed} updates instead"
+        )
+    return max(fn_args.train_steps, needed)
 
 
 def backup_location(fn_args, hp: Hyperparameters, settings: ModelSettings) -> str:

@@ -189,6 +189,10 @@ class _ReportingMixin:
     def search(self, *args, **kwargs):
         super().search(*args, **kwargs)
         trials = list(self.oracle.trials.values())
+        if self.oracle.max_trials is None:
+            # Hyperband's oracle has no trial limit; TFX's write_best_hyperparameters
+            # ranks get_best_trials(oracle.max_trials) and fails on None.
+            self.oracle.max_trials = len(trials)
         if not any(t.status == "COMPLETED" for t in trials):
             last = next((t.message for t in reversed(trials) if t.message), "no trial ran")
             raise RuntimeError(
@@ -211,6 +215,46 @@ class Hyperband(_ReportingMixin, NoSessionResetMixin, keras_tuner.Hyperband):
     pass
 
 
+def fit_effective_batch_limit(values: dict[str, Any], space: SearchSpace) -> dict[str, Any]:
+    """``values`` with ``k x m`` within ``space.max_effective_batch``.
+
+    A proposal above the limit becomes the nearest one that fits: the same micro-batch with
+    the largest accumulation step count that fits, else the largest effective batch that
+    fits (SearchSpace guarantees one exists). The learning rate is kept.
+    """
+    limit = space.max_effective_batch
+    k, m = values.get(HP_ACCUMULATION_STEPS), values.get(HP_MICRO_BATCH_SIZE)
+    if limit is None or k is None or m is None or k * m <= limit:
+        return values
+    fits = [
+        (kk, mm)
+        for kk in space.accumulation_steps_choices
+        for mm in space.micro_batch_choices
+        if kk * mm <= limit
+    ]
+    k, m = max(fits, key=lambda pair: (pair[1] == m, pair[0] * pair[1], pair[1]))
+    return {**values, HP_ACCUMULATION_STEPS: k, HP_MICRO_BATCH_SIZE: m}
+
+
+def _shape_proposals(oracle: keras_tuner.Oracle, space: SearchSpace) -> None:
+    """Makes ``oracle`` propose only combinations within the effective-batch limit.
+
+    ``Oracle.populate_space`` is where every algorithm proposes a trial's values; wrapping
+    it on the instance works for the random, Bayesian and Hyperband oracles alike.
+    """
+    if space.max_effective_batch is None:
+        return
+    propose = oracle.populate_space
+
+    def populate_space(trial_id):
+        result = propose(trial_id)
+        if result.get("values"):
+            result["values"] = fit_effective_batch_limit(result["values"], space)
+        return result
+
+    oracle.populate_space = populate_space
+
+
 def make_tuner(
     space: SearchSpace,
     hypermodel: AccumulationHyperModel,
@@ -230,14 +274,19 @@ def make_tuner(
         distribution_strategy=strategy,
     )
     if space.algorithm == "random":
-        return RandomSearch(max_trials=space.max_trials, **common)
-    if space.algorithm == "bayesian":
-        return BayesianOptimization(
+        tuner = RandomSearch(max_trials=space.max_trials, **common)
+    elif space.algorithm == "bayesian":
+        tuner = BayesianOptimization(
             max_trials=space.max_trials,
             num_initial_points=max(2, space.max_trials // 3),
             **common,
         )
-    return Hyperband(max_epochs=space.tuning_epochs, factor=3, hyperband_iterations=1, **common)
+    else:
+        tuner = Hyperband(
+            max_epochs=space.tuning_epochs, factor=3, hyperband_iterations=1, **common
+        )
+    _shape_proposals(tuner.oracle, space)
+    return tuner
 
 
 def tuner_fn(fn_args: tfx.components.FnArgs) -> tfx.components.TunerFnResult:

@@ -33,7 +33,14 @@ from tfx_accum.pipeline import config  # noqa: E402
 from tfx_accum.pipeline.errors import InputError  # noqa: E402
 
 _SPACE = SearchSpace()  # the search defaults
+# Exit codes: 0 done, 1 a component failed, 2 bad input, 3 the model was not blessed,
+# 130 interrupted (Ctrl-C).
+EXIT_UNBLESSED = 3
 _FIXED = settings.Hyperparameters()  # the --no-tune defaults
+
+
+class _AutoTrainSteps(int):
+    """The --train-steps default, told apart from the same number given explicitly."""
 
 
 def _int_list(text: str) -> tuple[int, ...]:
@@ -128,8 +135,9 @@ def _add_model_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--train-steps",
         type=int,
-        default=settings.TRAIN_STEPS,
-        help="Trainer optimizer updates, each a whole effective batch (default %(default)s)",
+        default=_AutoTrainSteps(settings.TRAIN_STEPS),
+        help="Trainer optimizer updates, each a whole effective batch (default %(default)s, "
+        "raised when tuning so that the Trainer sees at least the best trial's examples)",
     )
     parser.add_argument(
         "--accuracy-threshold",
@@ -230,6 +238,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--no-cache", action="store_true", help="disable the TFX cache")
     run.add_argument(
+        "--allow-unblessed",
+        action="store_true",
+        help=f"exit 0 also when the Evaluator does not bless the model (else {EXIT_UNBLESSED})",
+    )
+    run.add_argument(
         "--verbose",
         action="store_true",
         help="show the libraries' output on the console too (always in the run's log file)",
@@ -263,6 +276,7 @@ def pipeline_settings(args: argparse.Namespace) -> dict:
         tune=not args.no_tune,
         hyperparameters=fixed_hyperparameters(args),
         train_steps=args.train_steps,
+        train_steps_auto=isinstance(args.train_steps, _AutoTrainSteps),
         accuracy_threshold=args.accuracy_threshold,
     )
 
@@ -289,7 +303,13 @@ def _summary_lines(summary, accuracy_threshold: float, trial_files, seconds: flo
         lines.append(
             f"evaluation accuracy: {summary.accuracy:.4f} (threshold {accuracy_threshold})"
         )
-    lines.append(f"blessed: {'yes' if summary.blessed else 'no'}")
+    if summary.blessed or summary.blessed is None:
+        lines.append(f"blessed: {'yes' if summary.blessed else 'unknown'}")
+    else:
+        lines.append(
+            f"blessed: no (evaluation accuracy below the threshold {accuracy_threshold}): "
+            f"not pushed; exit code {EXIT_UNBLESSED} (--allow-unblessed to exit 0)"
+        )
     lines.append(f"pushed to: {summary.pushed_to or 'not pushed'}")
     lines.append(trial_files)
     lines.append(f"wall time: {seconds:.0f} s")
@@ -380,6 +400,8 @@ def _run_pipeline(args, settings_, output_dir, data_root, checked, log, run_star
         summary, args.accuracy_threshold, trial_files, time.monotonic() - start
     ):
         console.say(line)
+    if summary.blessed is False and not args.allow_unblessed:
+        return EXIT_UNBLESSED
     return 0
 
 

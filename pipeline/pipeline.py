@@ -67,6 +67,7 @@ def create_pipeline(
     hyperparameters: Hyperparameters | None = None,
     model_settings: ModelSettings | None = None,
     train_steps: int = TRAIN_STEPS,
+    train_steps_auto: bool = False,
     accuracy_threshold: float = ACCURACY_THRESHOLD,
     metadata_path: str | None = None,
     beam_pipeline_args: Sequence[str] | None = None,
@@ -76,6 +77,8 @@ def create_pipeline(
 
     ``hyperparameters`` are the Trainer's when ``tune`` is off (default:
     ``Hyperparameters()``); with tuning on, the Tuner's best ones are used.
+    ``train_steps_auto``: with tuning, the Trainer makes more than ``train_steps`` updates
+    if that is what it takes to see as many examples as each trial saw.
     ``beam_pipeline_args``: default, Beam's DirectRunner in-process with one worker (the
     runners size it: :mod:`tfx_accum.pipeline.beam`).
     """
@@ -119,6 +122,11 @@ def create_pipeline(
 
     # A stable place for the Trainer's training-state backups (see trainer.backup_location).
     trainer_config = {**custom_config, "backup_root": f"{pipeline_root}/_backup"}
+    if tune and train_steps_auto:
+        trainer_config["min_examples"] = {
+            "epochs": search_space.tuning_epochs,
+            "examples_per_epoch": search_space.examples_per_epoch,  # None: the train split
+        }
     trainer = tfx.components.Trainer(
         run_fn=RUN_FN,
         examples=example_gen.outputs["examples"],

@@ -174,24 +174,47 @@ def test_search_fails_only_when_every_trial_fails(tmp_path):
         _search(tmp_path, (64,), trials=2)
 
 
-def test_max_effective_batch_skips_combinations(tmp_path):
+@pytest.mark.parametrize("algorithm", ["random", "bayesian", "hyperband"])
+def test_max_effective_batch_shapes_the_proposals(algorithm, tmp_path):
+    """Combinations above the limit are never proposed, so no trial fails for it."""
     space = SearchSpace(
         accumulation_steps_choices=(1, 4),
-        micro_batch_choices=(16,),
-        algorithm="random",
-        max_trials=4,
-        tuning_epochs=1,
-        max_effective_batch=32,
+        micro_batch_choices=(8, 16),
+        algorithm=algorithm,
+        max_trials=5,
+        tuning_epochs=2,
+        max_effective_batch=16,
     )
     tuner = make_tuner(
         space, AccumulationHyperModel(space, _tiny_splits(), "mlp", 2), str(tmp_path)
     )
-    tuner.search(epochs=1)
-    for trial in tuner.oracle.trials.values():
-        big = trial.hyperparameters.get("accumulation_steps") == 4
-        assert (trial.status == "FAILED") == big
-        if big:
-            assert "exceeds max_effective_batch=32" in trial.message
+    tuner.search(epochs=2)
+    trials = list(tuner.oracle.trials.values())
+    assert trials
+    for trial in trials:
+        values = trial.hyperparameters.values
+        assert values["accumulation_steps"] * values["micro_batch_size"] <= 16, values
+        assert trial.status == "COMPLETED", (trial.status, trial.message)
+    if algorithm == "hyperband":
+        assert tuner.oracle.max_trials == len(trials)  # what TFX ranks the trials by
+
+
+def test_nearest_fitting_combination_keeps_the_micro_batch_and_learning_rate():
+    from tfx_accum.components.tuner import fit_effective_batch_limit
+
+    space = SearchSpace(
+        accumulation_steps_choices=(1, 2, 4, 8),
+        micro_batch_choices=(8, 16, 64),
+        max_effective_batch=32,
+    )
+    values = {"accumulation_steps": 8, "micro_batch_size": 16, "learning_rate": 0.01}
+    assert fit_effective_batch_limit(values, space) == {**values, "accumulation_steps": 2}
+    big_m = {"accumulation_steps": 1, "micro_batch_size": 64, "learning_rate": 0.01}
+    assert fit_effective_batch_limit(big_m, space) == {
+        "accumulation_steps": 2,
+        "micro_batch_size": 16,
+        "learning_rate": 0.01,
+    }
 
 
 def test_embedded_digits_are_real_and_written_once(tmp_path):
@@ -247,3 +270,18 @@ def test_a_reused_trial_model_trains_like_a_fresh_one():
     )
     assert updates == fresh_updates == 2 * 6  # 96 rows at effective batch 2 x 8 = 16
     assert max(float(np.max(np.abs(a - b))) for a, b in zip(second, fresh)) < 1e-6
+
+
+def test_trainer_covers_at_least_a_trials_examples_when_asked():
+    from types import SimpleNamespace
+
+    from tfx_accum.components.trainer import training_updates
+
+    auto = {"min_examples": {"epochs": 4, "examples_per_epoch": None}}
+    args = SimpleNamespace(train_steps=100, custom_config=auto)
+    # 4 x 1,171 examples at batch 128: 37 updates < 100, keep 100; at batch 512: 10 < 100.
+    assert training_updates(args, 1171, 128) == 100
+    args = SimpleNamespace(train_steps=10, custom_config=auto)
+    assert training_updates(args, 1171, 128) == 37  # raised to cover 4,684 examples
+    explicit = SimpleNamespace(train_steps=10, custom_config={})
+    assert training_updates(explicit, 1171, 128) == 10

@@ -215,3 +215,31 @@ def test_beam_orchestrator_without_tuning(tmp_path):
     assert "tuning: off" in proc.stdout
     assert "hyperparameters (fixed (tuning off))" in proc.stdout
     assert list((out / "serving_model").iterdir())
+
+
+def test_hyperband_runs_through_the_pipeline_and_unblessed_exits_3(tmp_path):
+    out = tmp_path / "hyperband"
+    proc, _ = run_cli(
+        "--output-dir",
+        str(out),
+        "--algorithm",
+        "hyperband",
+        "--tuning-epochs",
+        "2",
+        "--accumulation-steps-choices",
+        "1,2",
+        "--micro-batch-choices",
+        "32,64",
+        "--train-steps",
+        "30",
+        "--accuracy-threshold",
+        "0.999",
+    )
+    assert proc.returncode == 3, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "[pipeline] Tuner done" in proc.stdout
+    assert re.search(
+        r"^best trial: accumulation_steps=[12] micro_batch=(32|64) ", proc.stdout, re.M
+    )
+    assert "blessed: no (evaluation accuracy below the threshold 0.999): not pushed" in proc.stdout
+    assert "pushed to: not pushed" in proc.stdout
+    assert not (out / "serving_model").exists() or not list((out / "serving_model").iterdir())
