@@ -14,25 +14,13 @@ probabilities.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 import keras
 import numpy as np
 
 from tfx_accum.components.accumulation import GradientAccumulationModel
-from tfx_accum.components.settings import MODEL_NAMES
-
-
-def image_side(num_features: int, model_name: str) -> int:
-    side = math.isqrt(num_features)
-    if side * side != num_features:
-        raise ValueError(
-            f"Model {model_name!r} reads the features as a square image, but there are "
-            f"{num_features} feature columns (not a square number). Use --model mlp for "
-            "tabular data."
-        )
-    return side
+from tfx_accum.components.settings import MODEL_NAMES, image_side
 
 
 def build_model(

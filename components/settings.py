@@ -45,7 +45,8 @@ HP_MICRO_BATCH_SIZE = "micro_batch_size"
 HP_LEARNING_RATE = "learning_rate"
 
 MODEL_NAMES = ("cnn", "mlp", "densenet121")
-DEFAULT_MODEL = "cnn"
+IMAGE_MODELS = ("cnn", "densenet121")  # read the features as a square pixel grid
+DEFAULT_MODEL = "mlp"  # tabular; the embedded digits (an 8x8 image) get "cnn"
 LABEL_KEY = "label"
 DEFAULT_NUM_CLASSES = 10  # the digits; a local run infers it from the data
 TRAIN_STEPS = 300  # Trainer optimizer updates, each one whole effective batch
@@ -77,6 +78,18 @@ def validate_positive_float(name: str, value: Any) -> float:
     if value <= 0:
         raise ValueError(f"`{name}` must be a positive number. Received: {name}={value!r}.")
     return float(value)
+
+
+def image_side(num_features: int, model_name: str) -> int:
+    """The side of the square image an image model reads the features as, or an error."""
+    side = math.isqrt(num_features)
+    if side * side != num_features or side < 3:
+        why = "not a square number" if side * side != num_features else "too small an image"
+        raise ValueError(
+            f"Model {model_name!r} reads the features as a square image, but there are "
+            f"{num_features} feature columns ({why}). Use --model mlp for tabular data."
+        )
+    return side
 
 
 @dataclasses.dataclass(frozen=True)

@@ -124,8 +124,10 @@ def _add_model_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--model",
         choices=settings.MODEL_NAMES,
-        default=settings.DEFAULT_MODEL,
-        help="architecture (default %(default)s; densenet121 is the StackOverflow setup)",
+        default=None,
+        help=f"architecture (default {settings.DEFAULT_MODEL} for tabular data, cnn for the "
+        "embedded digits; cnn and densenet121 read a square pixel grid as an image; "
+        "densenet121 is the StackOverflow setup)",
     )
     parser.add_argument(
         "--label-key",
@@ -329,6 +331,21 @@ def _trial_files(summary, output_dir: Path) -> str:
     return "trials: none in this run"
 
 
+def _model_for(args: argparse.Namespace, num_features: int) -> str:
+    """--model, or the default that fits the data; an image model needs a square grid."""
+    model = args.model
+    if model is None:
+        model = "cnn" if args.data_root is None else settings.DEFAULT_MODEL
+        data = "the embedded 8x8 digits" if args.data_root is None else "tabular columns"
+        console.say(f"[data] model: {model} (the default for {data}; --model to choose)")
+    if model in settings.IMAGE_MODELS:
+        try:
+            settings.image_side(num_features, model)
+        except ValueError as error:
+            raise InputError(str(error)) from None
+    return model
+
+
 def _run(args: argparse.Namespace) -> int:
     import datetime
 
@@ -342,16 +359,30 @@ def _run(args: argparse.Namespace) -> int:
     output_dirs.check(output_dir)
     with output_dirs.claim(output_dir):
         data_root, checked = prepare_data(args.data_root, LocalPaths(output_dir), args.label_key)
+        model_name = _model_for(args, len(checked.columns) - 1)
+        if checked.label_warning():
+            console.say(f"[data] warning: {checked.label_warning()}")
         log = output_dir / "logs" / time.strftime("run-%Y%m%d-%H%M%S.log")
         run_started = datetime.datetime.now().isoformat()
         with console.capture(log, verbose=args.verbose):
             console.say(f"[tfx-accum] log: {log}")
-            return _run_pipeline(
-                args, settings_, output_dir, data_root, checked, log, run_started, start
-            )
+            run = _LocalRun(data_root, checked, model_name, log, run_started, start)
+            return _run_pipeline(args, settings_, output_dir, run)
 
 
-def _run_pipeline(args, settings_, output_dir, data_root, checked, log, run_started, start) -> int:
+@dataclasses.dataclass(frozen=True)
+class _LocalRun:
+    """What _run prepared for one local run (checked data, model, log, start times)."""
+
+    data_root: str
+    checked: object
+    model_name: str
+    log: Path
+    run_started: str  # ISO time, names this run's ML Metadata context
+    start: float  # monotonic
+
+
+def _run_pipeline(args, settings_, output_dir: Path, run: _LocalRun) -> int:
     from tfx_accum.pipeline import local_runner
     from tfx_accum.pipeline.report import mark_unfinished_as_canceled, read_summary
 
@@ -366,20 +397,22 @@ def _run_pipeline(args, settings_, output_dir, data_root, checked, log, run_star
             )
     try:
         paths = local_runner.run_local(
-            data_root=data_root,
-            checked=checked,
+            data_root=run.data_root,
+            checked=run.checked,
             output_dir=str(output_dir),
             orchestrator=args.orchestrator,
             enable_cache=not args.no_cache,
-            model_name=args.model,
+            model_name=run.model_name,
             label_key=args.label_key,
             **settings_,
         )
-        summary = read_summary(str(paths.metadata_path), run_started)
+        summary = read_summary(str(paths.metadata_path), run.run_started)
         trial_files = _trial_files(summary, paths.output_dir)
     except KeyboardInterrupt:
         stopped = (
-            mark_unfinished_as_canceled(metadata, run_started) if Path(metadata).exists() else []
+            mark_unfinished_as_canceled(metadata, run.run_started)
+            if Path(metadata).exists()
+            else []
         )
         where = ", ".join(stopped) or local_runner.current_component() or "the run"
         console.say(
@@ -394,10 +427,10 @@ def _run_pipeline(args, settings_, output_dir, data_root, checked, log, run_star
             console.say("last lines of the log:")
             for line in cause:
                 console.say(f"  {line[:200]}")
-        console.say(f"full log: {log}")
+        console.say(f"full log: {run.log}")
         return 1
     for line in _summary_lines(
-        summary, args.accuracy_threshold, trial_files, time.monotonic() - start
+        summary, args.accuracy_threshold, trial_files, time.monotonic() - run.start
     ):
         console.say(line)
     if summary.blessed is False and not args.allow_unblessed:
@@ -409,7 +442,9 @@ def _compile(args: argparse.Namespace) -> int:
     from tfx_accum.pipeline.kubeflow import compile_from_args
 
     try:
-        model_settings = settings.ModelSettings(args.model, args.num_classes, args.label_key)
+        model_settings = settings.ModelSettings(
+            args.model or settings.DEFAULT_MODEL, args.num_classes, args.label_key
+        )
     except ValueError as error:
         raise InputError(str(error)) from None
     return compile_from_args(args, {**pipeline_settings(args), "model_settings": model_settings})

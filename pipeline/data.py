@@ -55,6 +55,43 @@ class CsvSummary:
     columns: tuple[str, ...]
     rows: int
     num_classes: int
+    labels: tuple[int, ...] = ()  # the distinct class indices seen
+
+    def label_warning(self) -> str | None:
+        """A line to show when class indices do not start at 0 or leave gaps."""
+        unused = self.num_classes - len(self.labels)
+        if unused <= 0:
+            return None
+        return (
+            f"labels {_ranges(self.labels)}: {unused} of the {self.num_classes} classes "
+            "0..{0} have no example (class indices should be 0..N-1)".format(self.num_classes - 1)
+        )
+
+
+def _ranges(values: tuple[int, ...]) -> str:
+    shown = ", ".join(str(v) for v in values[:6])
+    return shown + (", ..." if len(values) > 6 else "")
+
+
+def _check_header(path: Path, header: list[str], label_key: str) -> None:
+    """What CsvExampleGen would read differently from what the user meant."""
+    if header and header[0].startswith("\ufeff"):
+        raise DataError(
+            f"{path} starts with a UTF-8 byte-order mark (BOM), which would become part of "
+            f"the first column's name ({header[0][1:]!r}); save it as UTF-8 without BOM."
+        )
+    for index, name in enumerate(header, start=1):
+        if not name.strip():
+            raise DataError(
+                f"{path}, column {index} has no name (a pandas index written by to_csv?); "
+                "it would become a feature and can leak the label. Write the CSV with "
+                "index=False, or name or drop that column."
+            )
+        if name != name.strip():
+            raise DataError(
+                f"{path}, column {index}: the name {name!r} has spaces around it (spaces "
+                "after the commas?). CsvExampleGen keeps them; remove them."
+            )
 
 
 def _is_remote(path: str) -> bool:
@@ -84,13 +121,14 @@ def validate_csv_dir(data_root: str, label_key: str) -> CsvSummary:
         )
     columns: list[str] | None = None
     rows, max_label = 0, -1
+    labels: set[int] = set()
     for path in files:
         with path.open(newline="") as handle:
             reader = csv.reader(handle)
             header = next(reader, None)
             if not header:
                 raise DataError(f"{path} is empty: a header row is required.")
-            header = [h.strip() for h in header]
+            _check_header(path, header, label_key)
             if label_key not in header:
                 raise DataError(
                     f"{path} has no label column {label_key!r} (columns: "
@@ -113,6 +151,12 @@ def validate_csv_dir(data_root: str, label_key: str) -> CsvSummary:
                         f"{path}, line {line_no}: {len(row)} values for {len(header)} columns."
                     )
                 for name, value in zip(header, row):
+                    if value != value.strip():
+                        raise DataError(
+                            f"{path}, line {line_no}, column {name!r}: {value!r} has spaces "
+                            "around it, which CsvExampleGen reads as text, not a number; "
+                            "remove them."
+                        )
                     try:
                         number = float(value)
                     except ValueError:
@@ -132,6 +176,7 @@ def validate_csv_dir(data_root: str, label_key: str) -> CsvSummary:
                         "a class index (integer >= 0)."
                     )
                 max_label = max(max_label, int(label))
+                labels.add(int(label))
                 rows += 1
     if rows == 0:
         raise DataError(f"The CSV files in {data_root!r} have a header but no data rows.")
@@ -139,4 +184,17 @@ def validate_csv_dir(data_root: str, label_key: str) -> CsvSummary:
         raise DataError("The label column has a single class; classification needs at least 2.")
     if len(columns) < 2:
         raise DataError("The CSV has no feature column besides the label.")
-    return CsvSummary(tuple(str(f) for f in files), tuple(columns), rows, max_label + 1)
+    if max_label + 1 > 2 * len(labels) and max_label + 1 > len(labels) + 10:
+        raise DataError(
+            f"The label column has {len(labels)} distinct values up to {max_label} "
+            f"({_ranges(tuple(sorted(labels)))}): as class indices that is a "
+            f"{max_label + 1}-class output with {max_label + 1 - len(labels)} empty classes. "
+            "Map the labels to 0..N-1 first."
+        )
+    return CsvSummary(
+        tuple(str(f) for f in files),
+        tuple(columns),
+        rows,
+        max_label + 1,
+        tuple(sorted(labels)),
+    )

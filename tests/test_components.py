@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import keras
 import keras_tuner
 import numpy as np
@@ -237,11 +239,17 @@ def test_embedded_digits_are_real_and_written_once(tmp_path):
         ("a,label\n1,0\n2,0\n", "single class"),
         ("a,label\n", "no data rows"),
         ("a,label\nnan,1\n1,0\n", "not a finite number"),
+        # What CsvExampleGen would read differently from what the user meant:
+        ("\ufeffa,label\n1,0\n2,1\n", "byte-order mark"),
+        (",a,label\n0,1,0\n1,2,1\n", "column 1 has no name (a pandas index"),
+        ("a, label\n1,0\n2,1\n", "spaces around it"),
+        ("a,label\n1, 0\n2,1\n", "' 0' has spaces around it"),
+        ("a,label\n1,0\n2,1000\n", "2 distinct values up to 1000"),
     ],
 )
 def test_csv_validation_messages(tmp_path, text, message):
     (tmp_path / "d.csv").write_text(text)
-    with pytest.raises(DataError, match=message):
+    with pytest.raises(DataError, match=re.escape(message)):
         validate_csv_dir(str(tmp_path), "label")
 
 
@@ -285,3 +293,28 @@ def test_trainer_covers_at_least_a_trials_examples_when_asked():
     assert training_updates(args, 1171, 128) == 37  # raised to cover 4,684 examples
     explicit = SimpleNamespace(train_steps=10, custom_config={})
     assert training_updates(explicit, 1171, 128) == 10
+
+
+def test_labels_that_skip_class_zero_are_warned_about(tmp_path):
+    (tmp_path / "d.csv").write_text("a,label\n1,1\n2,2\n3,1\n")
+    summary = validate_csv_dir(str(tmp_path), "label")
+    assert summary.num_classes == 3 and summary.labels == (1, 2)
+    assert "1 of the 3 classes 0..2 have no example" in summary.label_warning()
+
+
+def test_the_default_model_follows_the_data_and_image_models_need_a_square_grid():
+    import argparse
+
+    from tfx_accum.pipeline.cli import _model_for
+    from tfx_accum.pipeline.errors import InputError
+
+    def args(model, data_root):
+        return argparse.Namespace(model=model, data_root=data_root)
+
+    assert _model_for(args(None, None), 64) == "cnn"  # the embedded 8x8 digits
+    assert _model_for(args(None, "/my/csvs"), 4) == "mlp"  # never a 2x2 "image"
+    assert _model_for(args("cnn", "/my/csvs"), 64) == "cnn"  # declared: a square grid
+    with pytest.raises(InputError, match="30 feature columns.*--model mlp"):
+        _model_for(args("cnn", "/my/csvs"), 30)
+    with pytest.raises(InputError, match="too small an image"):
+        _model_for(args("densenet121", "/my/csvs"), 4)
