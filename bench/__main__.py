@@ -16,6 +16,9 @@ from dataclasses import asdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+# The environment before TensorFlow is imported here: TF and XLA set variables in the
+# process (TF2_BEHAVIOR, KMP_*, XLA flags) that would change the measured subprocesses.
+BASE_ENV = dict(os.environ)
 MEMORY_CONFIGS = (("plain", 256, 1), ("tfx_accum", 256, 8), ("plain", 32, 1))
 SPEED_MODELS = {
     "conv": "conv net, 32x32x3, 512 samples (compute dominates)",
@@ -29,7 +32,7 @@ def _run_json(args: list[str], env: dict | None = None) -> dict:
         capture_output=True,
         text=True,
         cwd=ROOT,
-        env={**os.environ, **(env or {})},
+        env={**BASE_ENV, **(env or {})},
         timeout=900,
     )
     if proc.returncode != 0:

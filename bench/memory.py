@@ -17,7 +17,17 @@ import sys
 
 
 def _peak_rss_mib() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # Linux: KiB
+    """This process's peak RSS (VmHWM), in MiB.
+
+    Not ``getrusage``: Linux carries a parent's peak RSS into the ``ru_maxrss`` of a child
+    it forks and execs, so a child of the (large) benchmark process would report the
+    parent's peak as its own.
+    """
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024.0  # kB
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # not Linux
 
 
 def main(method: str, batch: int, steps: int = 1) -> dict:

@@ -68,10 +68,45 @@ def _tpu_present() -> bool:
     )
 
 
+# Set by the Kubeflow compile on the Tuner and Trainer containers: "gpu:1", "tpu:4", ...
+ACCELERATOR_ENV, NODE_POOL_ENV = "TFX_ACCUM_ACCELERATOR", "TFX_ACCUM_NODE_POOL"
+
+
+def check_accelerators(num_gpus: int, tpu_present: bool, devices: list[str]) -> None:
+    """Stops when the node-pool profile promised accelerators this process cannot see.
+
+    Training on the CPU of a GPU pod would be silently slow and wrong about memory; the
+    usual causes are named. Without the profile's variable (local runs) nothing is checked.
+    """
+    expected = os.environ.get(ACCELERATOR_ENV, "")
+    if not expected or expected.startswith("cpu"):
+        return
+    kind, _, count = expected.partition(":")
+    pool = os.environ.get(NODE_POOL_ENV, "?")
+    if kind == "gpu" and num_gpus < int(count or 1):
+        raise RuntimeError(
+            f"Node pool {pool!r} promises {count} GPU(s), but TensorFlow sees {num_gpus} "
+            f"(devices: {', '.join(devices) or 'none'}). Likely causes: the NVIDIA driver "
+            "libraries are not on LD_LIBRARY_PATH (GKE mounts them at /usr/local/nvidia/lib64; "
+            "the tfx-accum image sets it), or the image was built with ACCELERATOR=cpu."
+        )
+    if kind == "tpu" and not tpu_present:
+        raise RuntimeError(
+            f"Node pool {pool!r} promises {count} TPU chip(s), but this pod sees no TPU "
+            f"(devices: {', '.join(devices) or 'none'}). Likely causes: the image was not "
+            "built with ACCELERATOR=tpu, or the pod was scheduled outside the TPU pool."
+        )
+
+
 def choose_strategy():
     """The ``tf.distribute`` strategy for the devices this process sees (a pod, a laptop)."""
     import tensorflow as tf
 
+    check_accelerators(
+        len(tf.config.list_physical_devices("GPU")),
+        _tpu_present(),
+        [d.name for d in tf.config.list_physical_devices()],
+    )
     kind = strategy_kind(len(tf.config.list_physical_devices("GPU")), _tpu_present())
     if kind == "tpu":
         resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu="local")

@@ -17,6 +17,8 @@ recorded as failed and the search goes on; the Tuner fails only if every trial f
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import math
 import time
@@ -260,15 +262,20 @@ def make_tuner(
     hypermodel: AccumulationHyperModel,
     directory: str,
     strategy: tf.distribute.Strategy | None = None,
+    resume: bool = False,
 ) -> keras_tuner.Tuner:
-    """The Keras Tuner for ``space.algorithm``; failures never stop the search early."""
+    """The Keras Tuner for ``space.algorithm``; failures never stop the search early.
+
+    ``resume``: continue a search already in ``directory`` (Keras Tuner reloads its oracle
+    and trials; finished trials are not run again, an interrupted one is run again).
+    """
     common: dict[str, Any] = dict(
         hypermodel=hypermodel,
         objective=keras_tuner.Objective(OBJECTIVE, direction="max"),
         directory=directory,
         project_name="tfx_accum",
         seed=space.seed,
-        overwrite=True,
+        overwrite=not resume,
         max_retries_per_trial=0,
         max_consecutive_failed_trials=max(space.max_trials, 1000),
         distribution_strategy=strategy,
@@ -289,6 +296,31 @@ def make_tuner(
     return tuner
 
 
+def search_location(fn_args, space: SearchSpace, settings: ModelSettings) -> str | None:
+    """A directory for the search that is the same whenever its inputs are the same.
+
+    TFX gives every execution a new working directory, so a Tuner killed mid-search (a
+    preempted pod, Ctrl-C) would start over. Under ``custom_config["search_root"]``
+    (``<pipeline_root>/_search`` from create_pipeline) the search lives in a folder named
+    by a hash of the examples, the schema, the search space and the model settings, and a
+    rerun with the same inputs continues it. ``None`` without a search root.
+    """
+    root = (fn_args.custom_config or {}).get("search_root")
+    if not root:
+        return None
+    key = json.dumps(
+        {
+            "train": sorted(fn_args.train_files),
+            "eval": sorted(fn_args.eval_files),
+            "schema": fn_args.schema_path,
+            "space": space.to_config(),
+            "model": settings.to_custom_config(),
+        },
+        sort_keys=True,
+    )
+    return f"{root.rstrip('/')}/search-{hashlib.sha256(key.encode()).hexdigest()[:16]}"
+
+
 def tuner_fn(fn_args: tfx.components.FnArgs) -> tfx.components.TunerFnResult:
     """TFX entry point: returns the tuner and the arguments of ``tuner.search``."""
     logging.getLogger("keras_tuner").setLevel(logging.WARNING)
@@ -307,10 +339,18 @@ def tuner_fn(fn_args: tfx.components.FnArgs) -> tfx.components.TunerFnResult:
     hypermodel = AccumulationHyperModel(
         space, splits, settings.model, settings.num_classes, strategy.num_replicas_in_sync
     )
+    directory = search_location(fn_args, space, settings)
     tuner = make_tuner(
         space,
         hypermodel,
-        fn_args.working_dir,
+        directory or fn_args.working_dir,
         strategy if strategy.num_replicas_in_sync > 1 else None,
+        resume=directory is not None,
     )
+    done = [t for t in tuner.oracle.trials.values() if t.status == "COMPLETED"]
+    if done:
+        console.say(
+            f"[tuner] resuming the search in {directory}: {len(done)} trial(s) already "
+            "finished are not run again"
+        )
     return tfx.components.TunerFnResult(tuner=tuner, fit_kwargs={"epochs": space.tuning_epochs})

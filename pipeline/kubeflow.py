@@ -24,6 +24,7 @@ import yaml
 from tfx_accum import console
 from tfx_accum.components.search_space import SearchSpace
 from tfx_accum.components.settings import DEFAULT_NUM_CLASSES
+from tfx_accum.components.strategy import ACCELERATOR_ENV, NODE_POOL_ENV
 from tfx_accum.pipeline import config
 from tfx_accum.pipeline.beam import pod_beam_args
 from tfx_accum.pipeline.errors import InputError
@@ -39,6 +40,13 @@ GKE_LABELS = {
     "tpu": "cloud.google.com/gke-tpu-accelerator",
 }
 TPU_TOPOLOGY_LABEL = "cloud.google.com/gke-tpu-topology"
+MACHINE_TYPE_LABEL = "node.kubernetes.io/instance-type"
+# Vertex AI Pipelines' per-step ceiling.
+VERTEX_MAX_CPU, VERTEX_MAX_MEMORY_GB = 96, 624
+# What TensorFlow 2.16's file system can write without tensorflow-io: s3://, minio://,
+# az:// and abfs:// moved out of TensorFlow.
+WRITABLE_SCHEMES = ("gs",)
+
 # Modest resources for the data components (ExampleGen, StatisticsGen, ...).
 DEFAULT_CPU, DEFAULT_MEMORY = 2.0, "8G"
 _MEMORY = re.compile(r"^(\d+(?:\.\d+)?)([GM])i?$")
@@ -61,10 +69,15 @@ class NodePool:
     topology: str | None = None
     vertex_type: str | None = None
     description: str = ""
+    machine_type: str | None = None
 
     @property
-    def resource_name(self) -> str:
-        return RESOURCE_NAMES[self.kind]
+    def resource_name(self) -> str | None:
+        return RESOURCE_NAMES.get(self.kind)
+
+    @property
+    def accelerated(self) -> bool:
+        return self.kind in RESOURCE_NAMES
 
     @property
     def memory_gb(self) -> float:
@@ -72,12 +85,20 @@ class NodePool:
         return float(value) / (1024.0 if unit == "M" else 1.0)
 
     def node_selector(self) -> dict[str, str]:
+        if not self.accelerated:
+            return {MACHINE_TYPE_LABEL: self.machine_type} if self.machine_type else {}
         labels = {GKE_LABELS[self.kind]: self.gke_label}
         if self.topology:
             labels[TPU_TOPOLOGY_LABEL] = self.topology
+        if self.machine_type:
+            # The accelerator and topology labels alone also match a multi-host slice,
+            # where a pod asking for all chips of one host stays Pending.
+            labels[MACHINE_TYPE_LABEL] = self.machine_type
         return labels
 
     def tolerations(self) -> list[dict[str, str]]:
+        if not self.accelerated:
+            return []
         return [
             {
                 "key": self.resource_name,
@@ -98,22 +119,30 @@ def _profile(name: str, raw: Any, known: list[str]) -> NodePool:
     if not isinstance(raw, dict):
         raise bad("it must be a mapping with accelerator, cpu and memory")
     accel = raw.get("accelerator")
+    if accel is None:  # a CPU-only pool
+        accel = {"kind": "cpu", "count": 0, "gke_label": ""}
     if not isinstance(accel, dict):
         raise bad("`accelerator` must be a mapping with kind, count and gke_label")
     kind = accel.get("kind")
-    if kind not in RESOURCE_NAMES:
-        raise bad(f"`accelerator.kind` must be gpu or tpu, got {kind!r}")
+    if kind not in (*RESOURCE_NAMES, "cpu"):
+        raise bad(f"`accelerator.kind` must be gpu or tpu (or leave accelerator out), got {kind!r}")
     count = accel.get("count")
-    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+    if kind != "cpu" and (isinstance(count, bool) or not isinstance(count, int) or count < 1):
         raise bad(f"`accelerator.count` must be an integer >= 1, got {count!r}")
     label = accel.get("gke_label")
-    if not isinstance(label, str) or not label:
+    if kind != "cpu" and (not isinstance(label, str) or not label):
         raise bad("`accelerator.gke_label` must be a GKE accelerator label such as nvidia-l4")
     topology = accel.get("topology")
     if kind == "tpu" and not (
         isinstance(topology, str) and re.match(r"^\d+x\d+(x\d+)?$", topology)
     ):
         raise bad(f"TPU profiles need `accelerator.topology` such as 2x2, got {topology!r}")
+    machine_type = raw.get("machine_type")
+    if kind == "tpu" and not (isinstance(machine_type, str) and machine_type):
+        raise bad(
+            "TPU profiles need `machine_type` (such as ct5lp-hightpu-4t), so that the node "
+            "selector matches single-host slices only"
+        )
     cpu = raw.get("cpu")
     if isinstance(cpu, bool) or not isinstance(cpu, int | float) or cpu <= 0:
         raise bad(f"`cpu` must be a positive number, got {cpu!r}")
@@ -125,9 +154,9 @@ def _profile(name: str, raw: Any, known: list[str]) -> NodePool:
         raise bad(
             f"`accelerator.vertex_type` must be a Vertex enum such as NVIDIA_L4, got {vertex!r}"
         )
-    unknown = sorted(set(raw) - {"description", "accelerator", "cpu", "memory"}) + sorted(
-        set(accel) - {"kind", "count", "gke_label", "topology", "vertex_type"}
-    )
+    unknown = sorted(
+        set(raw) - {"description", "accelerator", "cpu", "memory", "machine_type"}
+    ) + sorted(set(accel) - {"kind", "count", "gke_label", "topology", "vertex_type"})
     if unknown:
         raise bad(f"unknown fields {unknown}")
     return NodePool(
@@ -140,6 +169,7 @@ def _profile(name: str, raw: Any, known: list[str]) -> NodePool:
         topology if kind == "tpu" else None,
         vertex,
         str(raw.get("description", "")),
+        machine_type if isinstance(machine_type, str) else None,
     )
 
 
@@ -183,14 +213,22 @@ def get_profile(name: str, extra_file: str | Path | None = None) -> NodePool:
 
 
 def check_uri(name: str, value: str, target: str) -> str:
-    """A remote URI (or, for self-hosted KFP, an absolute path on a shared volume)."""
+    """A URI every pod can reach and TensorFlow can write (or, for self-hosted KFP, an
+    absolute path on a volume the pods share)."""
     if target == "vertex" and not value.startswith("gs://"):
         raise InputError(f"{name} must be a gs:// URI for Vertex AI, got {value!r}.")
+    scheme = value.split("://", 1)[0] if "://" in value else None
+    if scheme is not None and scheme not in WRITABLE_SCHEMES:
+        raise InputError(
+            f"{name} {value!r}: TensorFlow 2.16 cannot read or write {scheme}:// (it moved to "
+            "tensorflow-io); use gs://BUCKET/path, or an absolute path on a volume every pod "
+            "mounts."
+        )
     if _URI.match(value) or (target == "kfp" and value.startswith("/") and "//" not in value):
         return value.rstrip("/")
     raise InputError(
         f"{name} {value!r} is not a usable URI: give a bucket URI such as "
-        "gs://BUCKET/path (or s3://, minio://), which every pod can reach."
+        "gs://BUCKET/path, which every pod can reach."
     )
 
 
@@ -200,7 +238,7 @@ def _resource_spec(cpu: float, memory_gb: float, pool: NodePool | None, target: 
     spec = pipeline_spec_pb2.PipelineDeploymentConfig.PipelineContainerSpec.ResourceSpec(
         cpu_limit=cpu, memory_limit=memory_gb
     )
-    if pool is not None:
+    if pool is not None and pool.accelerated:
         # compile_pipeline has checked that a vertex target's profile has a vertex_type.
         spec.accelerator.type = pool.resource_name if target == "kfp" else pool.vertex_type
         spec.accelerator.count = pool.count
@@ -247,11 +285,34 @@ def _add_retry_policy(pipeline_spec: dict[str, Any]) -> None:
             tasks[name]["retryPolicy"] = dict(RETRY_POLICY)
 
 
+def _expect_accelerator(pipeline_spec: dict[str, Any], pool: NodePool, labels: list[str]):
+    """Tells the Tuner and Trainer containers what the profile promised, so that a pod
+    that sees fewer devices (no driver on the library path, a CPU image) stops with an
+    error instead of training on the CPU (strategy.check_accelerators)."""
+    executors = pipeline_spec.get("deploymentSpec", {}).get("executors", {})
+    for label in labels:
+        container = executors.get(label, {}).get("container")
+        if container is not None:
+            env = [
+                e
+                for e in container.get("env", [])
+                if e["name"] not in (ACCELERATOR_ENV, NODE_POOL_ENV)
+            ]
+            env.append({"name": ACCELERATOR_ENV, "value": f"{pool.kind}:{pool.count}"})
+            env.append({"name": NODE_POOL_ENV, "value": pool.name})
+            container["env"] = env
+
+
 def _platform_spec(pool: NodePool, labels: list[str]) -> dict[str, Any]:
-    executors = {
-        label: {"nodeSelector": {"labels": pool.node_selector()}, "tolerations": pool.tolerations()}
-        for label in labels
-    }
+    executors = {}
+    for label in labels:
+        executor: dict[str, Any] = {}
+        if pool.node_selector():
+            executor["nodeSelector"] = {"labels": pool.node_selector()}
+        if pool.tolerations():
+            executor["tolerations"] = pool.tolerations()
+        if executor:
+            executors[label] = executor
     return {"platforms": {"kubernetes": {"deploymentSpec": {"executors": executors}}}}
 
 
@@ -276,10 +337,16 @@ def compile_pipeline(
     if target not in TARGETS:
         raise InputError(f"--target must be one of {TARGETS}, got {target!r}.")
     pool = get_profile(node_pool, profiles_file)
-    if target == "vertex" and not pool.vertex_type:
+    if target == "vertex" and pool.accelerated and not pool.vertex_type:
         raise ProfileError(
             f"Node-pool profile {pool.name!r} has no `accelerator.vertex_type`, "
             "which --target vertex needs."
+        )
+    if target == "vertex" and (pool.cpu > VERTEX_MAX_CPU or pool.memory_gb > VERTEX_MAX_MEMORY_GB):
+        raise ProfileError(
+            f"Node-pool profile {pool.name!r} asks for {pool.cpu:g} CPUs and {pool.memory}; "
+            f"Vertex AI Pipelines allows at most {VERTEX_MAX_CPU} CPUs and "
+            f"{VERTEX_MAX_MEMORY_GB}G per step. Use a profile within them (--profiles FILE)."
         )
     if not image or not _IMAGE.match(image):
         raise InputError(
@@ -332,6 +399,10 @@ def compile_pipeline(
     pipeline_spec = job["pipelineSpec"]
     _complete_resources(pipeline_spec)
     _add_retry_policy(pipeline_spec)
+    _expect_accelerator(pipeline_spec, pool, accelerated)
+    # Carried in the spec itself: `kfp run create` has no option for it, and the backend's
+    # fallback (minio://mlpipeline/...) is not writable by TensorFlow.
+    pipeline_spec["defaultPipelineRoot"] = pipeline_root
     if target == "kfp":
         header = (
             f"# tfx-accum pipeline for Kubeflow Pipelines, node pool {pool.name!r} "

@@ -113,7 +113,12 @@ def create_pipeline(
             schema=schema_gen.outputs["schema"],
             train_args=tfx.proto.TrainArgs(),
             eval_args=tfx.proto.EvalArgs(),
-            custom_config={**custom_config, "search_space": search_space.to_config()},
+            custom_config={
+                **custom_config,
+                "search_space": search_space.to_config(),
+                # A stable place for the search, so a rerun continues it (tuner.py).
+                "search_root": f"{pipeline_root}/_search",
+            },
         )
         best_hyperparameters = tuner.outputs["best_hyperparameters"]
         components.append(tuner)

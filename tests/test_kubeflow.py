@@ -173,11 +173,14 @@ def test_user_profiles_are_added(tmp_path):
 @pytest.mark.parametrize(
     "kwargs,message",
     [
-        (dict(node_pool="v100"), "Unknown node pool 'v100'. Known profiles: a100x4, gpu"),
+        (dict(node_pool="v100"), "Unknown node pool 'v100'. Known profiles: a100x4, cpu, gpu"),
         (dict(pipeline_root="bucket/root"), "not a usable URI"),
         (dict(data_root="gs://"), "not a usable URI"),
         (dict(image="Not An Image"), "not a container image reference"),
         (dict(output="pipeline.json"), "must end in .yaml"),
+        (dict(pipeline_root="s3://bucket/root"), "cannot read or write s3:// "),
+        (dict(pipeline_root="minio://mlpipeline/v2"), "use gs://BUCKET/path"),
+        (dict(node_pool="tpu", target="vertex", output="x.json"), "at most 96 CPUs"),
     ],
 )
 def test_bad_arguments_fail_clearly_and_write_nothing(tmp_path, kwargs, message):
@@ -232,3 +235,50 @@ def test_cli_reports_bad_profile_without_traceback(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "Unknown node pool 'nope'" in err and "gpu" in err
     assert not (tmp_path / "x.yaml").exists()
+
+
+@pytest.mark.parametrize("pool", ["gpu", "tpu"])
+def test_the_pipeline_root_travels_in_the_spec(compiled, pool):
+    spec = next(yaml.safe_load_all(compiled[pool].read_text()))
+    assert spec["defaultPipelineRoot"] == ARGS["pipeline_root"]
+
+
+def test_tpu_selector_names_the_single_host_machine_type(compiled):
+    _, platform = yaml.safe_load_all(compiled["tpu"].read_text())
+    executors = platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
+    labels = executors["Trainer_executor"]["nodeSelector"]["labels"]
+    assert labels["node.kubernetes.io/instance-type"] == "ct5lp-hightpu-4t"
+
+
+def test_cpu_profile_compiles_without_accelerators(tmp_path):
+    path = compile_pipeline(node_pool="cpu", output=str(tmp_path / "cpu.yaml"), **ARGS)
+    spec, platform = yaml.safe_load_all(path.read_text())
+    trainer = spec["deploymentSpec"]["executors"]["Trainer_executor"]["container"]
+    assert "accelerator" not in trainer["resources"]
+    assert trainer["resources"]["cpuLimit"] == 4
+    assert platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"] == {}
+    validate(path)  # still strictly valid
+
+
+def test_gpu_pods_are_told_what_the_profile_promised(compiled):
+    spec = next(yaml.safe_load_all(compiled["gpu"].read_text()))
+    for label in ("Trainer_executor", "Tuner_executor"):
+        env = {
+            e["name"]: e["value"]
+            for e in spec["deploymentSpec"]["executors"][label]["container"]["env"]
+        }
+        assert env == {"TFX_ACCUM_ACCELERATOR": "gpu:1", "TFX_ACCUM_NODE_POOL": "gpu"}
+
+
+def test_a_gpu_profile_on_a_machine_without_gpu_stops_with_the_cause(monkeypatch):
+    from tfx_accum.components.strategy import choose_strategy
+
+    monkeypatch.setenv("TFX_ACCUM_ACCELERATOR", "gpu:1")
+    monkeypatch.setenv("TFX_ACCUM_NODE_POOL", "gpu")
+    with pytest.raises(RuntimeError) as info:
+        choose_strategy()  # this machine has no GPU
+    message = str(info.value)
+    assert "Node pool 'gpu' promises 1 GPU(s), but TensorFlow sees 0" in message
+    assert "/usr/local/nvidia/lib64" in message and "ACCELERATOR=cpu" in message
+    monkeypatch.setenv("TFX_ACCUM_ACCELERATOR", "cpu:0")
+    assert choose_strategy().num_replicas_in_sync == 1

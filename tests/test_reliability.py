@@ -234,3 +234,40 @@ def test_output_dir_problems_are_one_line_errors(case, tmp_path, request, capsys
     assert message in err and err.count("\n") == 1, err
     assert err.startswith("tfx-accum run: error: ")
     assert sorted(p.name for p in out.parent.rglob("*")) == before  # nothing written
+
+
+RANDOM_SEARCH = [
+    "--algorithm",
+    "random",
+    "--max-trials",
+    "4",
+    "--tuning-epochs",
+    "1",
+    "--train-steps",
+    "30",
+    "--accumulation-steps-choices",
+    "1,2",
+    "--micro-batch-choices",
+    "16,32",
+    "--accuracy-threshold",
+    "0.5",
+]
+
+
+def test_killed_tuner_resumes_its_search_without_rerunning_finished_trials(tmp_path):
+    whole = run_to_end(tmp_path / "whole", RANDOM_SEARCH)
+    assert whole.returncode == 0, whole.stdout[-3000:] + whole.stderr[-3000:]
+
+    out = tmp_path / "killed"
+    run = Run(out, RANDOM_SEARCH)
+    run.wait_for(r"^\[tuner\] trial 1: ")  # two trials finished (and saved)
+    run.signal_group(signal.SIGKILL)
+    run.finish()
+    rerun = run_to_end(out, RANDOM_SEARCH)
+    assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
+    assert "2 trial(s) already finished are not run again" in rerun.stdout
+    ran = re.findall(r"^\[tuner\] trial (\d+): ", rerun.stdout, re.M)
+    assert sorted(ran) == ["2", "3"], rerun.stdout
+    # Trials are seeded and accumulation is exact: the resumed search finds the same best.
+    best = re.compile(r"^best trial: .*$", re.M)
+    assert best.search(rerun.stdout).group(0) == best.search(whole.stdout).group(0)
