@@ -117,6 +117,7 @@ def test_tpu_profile_selects_topology(compiled):
     assert platform["nodeSelector"]["labels"] == {
         "cloud.google.com/gke-tpu-accelerator": "tpu-v5-lite-podslice",
         "cloud.google.com/gke-tpu-topology": "2x2",
+        "node.kubernetes.io/instance-type": "ct5lp-hightpu-4t",  # single-host slices only
     }
 
 
@@ -197,6 +198,10 @@ def test_bad_arguments_fail_clearly_and_write_nothing(tmp_path, kwargs, message)
     [
         ("accelerator: {kind: fpga, count: 1, gke_label: x}\ncpu: 1\nmemory: 1G", "gpu or tpu"),
         ("accelerator: {kind: tpu, count: 4, gke_label: tpu-v5}\ncpu: 1\nmemory: 1G", "topology"),
+        (
+            "accelerator: {kind: tpu, count: 4, gke_label: t, topology: 2x2}\ncpu: 1\nmemory: 1G",
+            "need `machine_type`",
+        ),
         ("accelerator: {kind: gpu, count: 0, gke_label: nvidia-l4}\ncpu: 1\nmemory: 1G", "count"),
         (
             "accelerator: {kind: gpu, count: 1, gke_label: nvidia-l4}\ncpu: 1\nmemory: lots",
@@ -211,7 +216,7 @@ def test_malformed_profile_lists_known_names(tmp_path, profile, message):
         compile_pipeline(
             node_pool="gpu", output=str(tmp_path / "o.yaml"), profiles_file=str(extra), **ARGS
         )
-    assert "Known profiles: a100x4, broken, gpu" in str(info.value)
+    assert "Known profiles: a100x4, broken, cpu, gpu" in str(info.value)
     assert not (tmp_path / "o.yaml").exists()
 
 
