@@ -157,7 +157,8 @@ def test_dict_inputs_and_multiple_outputs(optimizer, jit):
     np.testing.assert_allclose(hist[0]["loss"], hist[1]["loss"], rtol=1e-5)
 
 
-def test_schedule_iterations_and_callbacks_count_updates():
+@JIT
+def test_schedule_iterations_and_callbacks_count_updates(jit):
     x, y, _ = classification_data()
 
     class CountBatches(keras.callbacks.Callback):
@@ -171,7 +172,11 @@ def test_schedule_iterations_and_callbacks_count_updates():
     schedule = keras.optimizers.schedules.ExponentialDecay(0.1, decay_steps=1, decay_rate=0.9)
     counter = CountBatches()
     model = GradientAccumulationModel.from_model(dense_classifier(), gradient_accumulation_steps=4)
-    model.compile(optimizer=keras.optimizers.SGD(schedule), loss="sparse_categorical_crossentropy")
+    model.compile(
+        optimizer=keras.optimizers.SGD(schedule),
+        loss="sparse_categorical_crossentropy",
+        jit_compile=jit,
+    )
     model.fit(x, y, batch_size=32, epochs=2, shuffle=False, verbose=0, callbacks=[counter])
     # 4 batches per epoch (32, 32, 32, 4): 8 updates, whatever k is.
     assert int(model.optimizer.iterations) == 8
@@ -203,7 +208,8 @@ def mixed_precision():
     keras.mixed_precision.set_dtype_policy("float32")
 
 
-def test_mixed_float16_matches_plain(mixed_precision):
+@JIT
+def test_mixed_float16_matches_plain(mixed_precision, jit):
     x, y, sw = classification_data()
     plain, ga, hist, _ = fit_both(
         dense_classifier,
@@ -211,6 +217,7 @@ def test_mixed_float16_matches_plain(mixed_precision):
         dict(x=x, y=y, sample_weight=sw, batch_size=32, epochs=2),
         dict(loss="sparse_categorical_crossentropy"),
         "sgd",
+        jit,
     )
     assert isinstance(ga.optimizer, keras.optimizers.LossScaleOptimizer)
     # float16 activations: equal to float16 rounding, not float32 rounding.

@@ -170,3 +170,15 @@ def test_no_tune_hyperparameters_reach_the_trainer_config():
     trainer = next(c for c in pipeline.components if c.id == "Trainer")
     config = trainer.exec_properties["custom_config"]
     assert '"accumulation_steps": 2' in config and '"micro_batch_size": 8' in config
+
+
+def test_train_steps_do_not_invalidate_the_tuners_cache():
+    """The Tuner's execution properties (its cache key) do not depend on --train-steps."""
+    from tfx_accum.pipeline.pipeline import create_pipeline
+
+    def tuner_properties(train_steps):
+        pipeline = create_pipeline("p", "/r", "/d", "/s", tune=True, train_steps=train_steps)
+        tuner = next(c for c in pipeline.components if c.id == "Tuner")
+        return {k: str(v) for k, v in tuner.exec_properties.items()}
+
+    assert tuner_properties(100) == tuner_properties(5000)
