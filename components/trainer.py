@@ -81,15 +81,6 @@ class ProgressLine(keras.callbacks.Callback):
         )
 
 
-def epoch_plan(train_steps: int, steps_per_epoch: int) -> list[int]:
-    """Splits ``train_steps`` updates into epochs of ``steps_per_epoch`` (last one shorter)."""
-    if train_steps < 1:
-        raise ValueError(f"`train_steps` must be >= 1, got {train_steps}.")
-    steps_per_epoch = max(1, min(steps_per_epoch, train_steps))
-    full, rest = divmod(train_steps, steps_per_epoch)
-    return [steps_per_epoch] * full + ([rest] if rest else [])
-
-
 def run_fn(fn_args: tfx.components.FnArgs) -> None:
     """TFX entry point: train, log to TensorBoard, export the serving model."""
     settings = ModelSettings.from_custom_config(fn_args.custom_config)
@@ -121,7 +112,7 @@ def run_fn(fn_args: tfx.components.FnArgs) -> None:
     tpu = isinstance(strategy, tf.distribute.TPUStrategy)
     updates = training_updates(fn_args, splits.train_size, plan.global_batch)
     steps_per_epoch = max(1, min(math.ceil(splits.train_size / plan.global_batch), updates))
-    epochs = len(epoch_plan(updates, steps_per_epoch))
+    epochs = math.ceil(updates / steps_per_epoch)  # the last one stops at `updates`
     backup_dir = backup_location(fn_args, hp, settings)
     # A resumed run starts at the same place of the same shuffled stream (the stream is a
     # function of the seed only), so it ends with the weights of an uninterrupted run.

@@ -14,7 +14,7 @@ from tfx_accum.components.data import Splits
 from tfx_accum.components.models import build_model
 from tfx_accum.components.search_space import SearchSpace
 from tfx_accum.components.strategy import choose_strategy, replica_plan, strategy_kind
-from tfx_accum.components.trainer import epoch_plan
+from tfx_accum.components.trainer import StopAfterUpdates
 from tfx_accum.components.tuner import AccumulationHyperModel, make_tuner
 from tfx_accum.pipeline.data import (
     DataError,
@@ -108,11 +108,15 @@ def test_densenet_option_is_the_stackoverflow_setup():
         build_model("cnn", keys[:10], 10, 2, 1e-3)
 
 
-def test_epoch_plan_counts_exactly_train_steps():
-    assert epoch_plan(300, 37) == [37] * 8 + [4]
-    assert sum(epoch_plan(301, 1000)) == 301
-    with pytest.raises(ValueError):
-        epoch_plan(0, 10)
+def test_training_stops_after_exactly_train_steps_updates():
+    """Whole epochs of 37 updates, and the last one stops at 300 (the Trainer's plan)."""
+    inputs = keras.Input((4,))
+    model = keras.Model(inputs, keras.layers.Dense(2)(inputs))
+    model.compile(optimizer="sgd", loss="mse")
+    x = np.zeros((37 * 4, 4), "float32")
+    data = tf.data.Dataset.from_tensor_slices((x, np.zeros((len(x), 2)))).repeat().batch(4)
+    model.fit(data, steps_per_epoch=37, epochs=9, callbacks=[StopAfterUpdates(300)], verbose=0)
+    assert int(model.optimizer.iterations) == 300
 
 
 def _tiny_splits() -> Splits:
