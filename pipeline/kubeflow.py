@@ -424,7 +424,7 @@ def add_compile_arguments(parser: argparse.ArgumentParser) -> None:
         "--node-pool",
         required=True,
         help="node-pool profile for Tuner and Trainer (see "
-        "kubeflow/node_pools.yaml: gpu, tpu, t4, a100x4, h100x8, ...)",
+        "kubeflow/node_pools.yaml: cpu, gpu, tpu, t4, a100x4, h100x8, ...)",
     )
     parser.add_argument(
         "--output", required=True, help="file to write: .yaml for KFP, .json for Vertex"
