@@ -350,6 +350,7 @@ def _run(args: argparse.Namespace) -> int:
     import datetime
 
     from tfx_accum.pipeline import output_dir as output_dirs
+    from tfx_accum.pipeline.data import validate_csv_dir
     from tfx_accum.pipeline.local_runner import LocalPaths, prepare_data
 
     start = time.monotonic()
@@ -357,9 +358,15 @@ def _run(args: argparse.Namespace) -> int:
     settings_ = pipeline_settings(args)
     output_dir = Path(args.output_dir).resolve()
     output_dirs.check(output_dir)
+    # Your data is checked before anything is written (the lock file included); the
+    # embedded digits are written, if need be, once the directory is ours.
+    checked = validate_csv_dir(args.data_root, args.label_key) if args.data_root else None
+    # The model must suit the data (the embedded digits are 64 pixels).
+    model_name = _model_for(args, len(checked.columns) - 1 if checked else 64)
     with output_dirs.claim(output_dir):
-        data_root, checked = prepare_data(args.data_root, LocalPaths(output_dir), args.label_key)
-        model_name = _model_for(args, len(checked.columns) - 1)
+        data_root, checked = prepare_data(
+            args.data_root, LocalPaths(output_dir), args.label_key, checked
+        )
         if checked.label_warning():
             console.say(f"[data] warning: {checked.label_warning()}")
         log = output_dir / "logs" / time.strftime("run-%Y%m%d-%H%M%S.log")

@@ -109,13 +109,16 @@ def _install_progress() -> _ProgressHandler:
 
 
 def prepare_data(
-    data_root: str | None, paths: LocalPaths, label_key: str
+    data_root: str | None, paths: LocalPaths, label_key: str, checked: CsvSummary | None = None
 ) -> tuple[str, CsvSummary]:
-    """The data root to use (embedded digits when None), validated before anything runs."""
+    """The data root to use (embedded digits when None), validated before anything runs.
+
+    ``checked``: ``data_root``'s summary when the caller has validated it already.
+    """
     if data_root is None:
         data_root = str(write_embedded_digits(paths.embedded_data_dir))
         console.say(f"[data] no --data-root given: using the embedded digits ({data_root})")
-    summary = validate_csv_dir(data_root, label_key)
+    summary = checked or validate_csv_dir(data_root, label_key)
     console.say(
         f"[data] {len(summary.files)} CSV file(s), {summary.rows} rows, "
         f"{len(summary.columns) - 1} features, {summary.num_classes} classes"
