@@ -336,8 +336,6 @@ def _model_for(args: argparse.Namespace, num_features: int) -> str:
     model = args.model
     if model is None:
         model = "cnn" if args.data_root is None else settings.DEFAULT_MODEL
-        data = "the embedded 8x8 digits" if args.data_root is None else "tabular columns"
-        console.say(f"[data] model: {model} (the default for {data}; --model to choose)")
     if model in settings.IMAGE_MODELS:
         try:
             settings.image_side(num_features, model)
@@ -367,6 +365,9 @@ def _run(args: argparse.Namespace) -> int:
         data_root, checked = prepare_data(
             args.data_root, LocalPaths(output_dir), args.label_key, checked
         )
+        if args.model is None:
+            data = "the embedded 8x8 digits" if args.data_root is None else "tabular columns"
+            console.say(f"[data] model: {model_name} (the default for {data}; --model to choose)")
         if checked.label_warning():
             console.say(f"[data] warning: {checked.label_warning()}")
         log = output_dir / "logs" / time.strftime("run-%Y%m%d-%H%M%S.log")
