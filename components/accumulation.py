@@ -220,7 +220,6 @@ class _Step:
         self.super_called = False
         self.own_value: tf.Tensor | None = None
         self.per_output: list[tf.Tensor] = []
-        self.num_outputs = 0
 
 
 @keras.saving.register_keras_serializable(package="tfx_accum")

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import os
 import shlex
-from collections.abc import Sequence
 
 from tfx_accum.pipeline.errors import InputError
 
@@ -78,7 +77,3 @@ def parse_beam_args(text: str | None) -> list[str] | None:
             f"'--direct_running_mode=in_memory --direct_num_workers=1'; got {text!r}."
         )
     return words
-
-
-def describe(args: Sequence[str]) -> str:
-    return " ".join(args)
