@@ -8,7 +8,10 @@ training run batches them at its own effective batch size.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import re
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
@@ -113,3 +116,22 @@ def batched(
     if repeat:
         dataset = dataset.repeat()
     return dataset.batch(batch_size, drop_remainder=drop_remainder).prefetch(tf.data.AUTOTUNE)
+
+
+def location_for_inputs(root: str, prefix: str, fn_args, **inputs: Any) -> str:
+    """``<root>/<prefix>-<hash>``: one folder per set of inputs, stable across executions.
+
+    TFX gives every execution a new working directory; state that a retry or rerun of the
+    same inputs must find again (the Trainer's backup, the Tuner's search) lives here,
+    keyed by the examples, the schema and ``inputs`` (JSON-serialisable settings).
+    """
+    key = json.dumps(
+        {
+            "train": sorted(fn_args.train_files),
+            "eval": sorted(fn_args.eval_files),
+            "schema": fn_args.schema_path,
+            **inputs,
+        },
+        sort_keys=True,
+    )
+    return f"{root.rstrip('/')}/{prefix}-{hashlib.sha256(key.encode()).hexdigest()[:16]}"

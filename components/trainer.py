@@ -16,8 +16,6 @@ Referenced from the pipeline as ``run_fn="tfx_accum.components.trainer.run_fn"``
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import math
 import os
@@ -29,7 +27,13 @@ from tfx import v1 as tfx
 
 from tfx_accum import console
 from tfx_accum.components import keras_adapter as adapter
-from tfx_accum.components.data import batched, feature_spec, load_schema, load_splits
+from tfx_accum.components.data import (
+    batched,
+    feature_spec,
+    load_schema,
+    load_splits,
+    location_for_inputs,
+)
 from tfx_accum.components.export import export_serving_model
 from tfx_accum.components.models import build_model
 from tfx_accum.components.settings import EVAL_BATCH, Hyperparameters, ModelSettings
@@ -186,18 +190,14 @@ def backup_location(fn_args, hp: Hyperparameters, settings: ModelSettings) -> st
     root = (fn_args.custom_config or {}).get("backup_root")
     if not root:
         return os.path.join(fn_args.model_run_dir, "backup")
-    key = json.dumps(
-        {
-            "train": sorted(fn_args.train_files),
-            "eval": sorted(fn_args.eval_files),
-            "schema": fn_args.schema_path,
-            "hyperparameters": hp.to_values(),
-            "train_steps": fn_args.train_steps,
-            "model": settings.to_custom_config(),
-        },
-        sort_keys=True,
+    return location_for_inputs(
+        root,
+        "trainer",
+        fn_args,
+        hyperparameters=hp.to_values(),
+        train_steps=fn_args.train_steps,
+        model=settings.to_custom_config(),
     )
-    return f"{root.rstrip('/')}/trainer-{hashlib.sha256(key.encode()).hexdigest()[:16]}"
 
 
 class StopAfterUpdates(keras.callbacks.Callback):

@@ -17,8 +17,6 @@ recorded as failed and the search goes on; the Tuner fails only if every trial f
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import math
 import time
@@ -30,7 +28,7 @@ import tensorflow as tf
 from tfx import v1 as tfx
 
 from tfx_accum import console
-from tfx_accum.components.data import Splits, batched, load_splits
+from tfx_accum.components.data import Splits, batched, load_splits, location_for_inputs
 from tfx_accum.components.keras_tuner_adapter import NoSessionResetMixin
 from tfx_accum.components.models import build_model
 from tfx_accum.components.search_space import SearchSpace
@@ -308,17 +306,9 @@ def search_location(fn_args, space: SearchSpace, settings: ModelSettings) -> str
     root = (fn_args.custom_config or {}).get("search_root")
     if not root:
         return None
-    key = json.dumps(
-        {
-            "train": sorted(fn_args.train_files),
-            "eval": sorted(fn_args.eval_files),
-            "schema": fn_args.schema_path,
-            "space": space.to_config(),
-            "model": settings.to_custom_config(),
-        },
-        sort_keys=True,
+    return location_for_inputs(
+        root, "search", fn_args, space=space.to_config(), model=settings.to_custom_config()
     )
-    return f"{root.rstrip('/')}/search-{hashlib.sha256(key.encode()).hexdigest()[:16]}"
 
 
 def tuner_fn(fn_args: tfx.components.FnArgs) -> tfx.components.TunerFnResult:

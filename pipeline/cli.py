@@ -348,7 +348,7 @@ def _run(args: argparse.Namespace) -> int:
     import datetime
 
     from tfx_accum.pipeline import output_dir as output_dirs
-    from tfx_accum.pipeline.data import validate_csv_dir
+    from tfx_accum.pipeline.data import DIGITS_FEATURES, validate_csv_dir
     from tfx_accum.pipeline.local_runner import LocalPaths, prepare_data
 
     start = time.monotonic()
@@ -359,8 +359,8 @@ def _run(args: argparse.Namespace) -> int:
     # Your data is checked before anything is written (the lock file included); the
     # embedded digits are written, if need be, once the directory is ours.
     checked = validate_csv_dir(args.data_root, args.label_key) if args.data_root else None
-    # The model must suit the data (the embedded digits are 64 pixels).
-    model_name = _model_for(args, len(checked.columns) - 1 if checked else 64)
+    # The model must suit the data.
+    model_name = _model_for(args, len(checked.columns) - 1 if checked else DIGITS_FEATURES)
     with output_dirs.claim(output_dir):
         data_root, checked = prepare_data(
             args.data_root, LocalPaths(output_dir), args.label_key, checked
@@ -416,6 +416,8 @@ def _run_pipeline(args, settings_, output_dir: Path, run: _LocalRun) -> int:
         )
         summary = read_summary(str(paths.metadata_path), run.run_started)
         trial_files = _trial_files(summary, paths.output_dir)
+    except InputError:
+        raise  # bad input: main prints it as one line, exit 2
     except KeyboardInterrupt:
         stopped = (
             mark_unfinished_as_canceled(metadata, run.run_started)

@@ -16,6 +16,7 @@ from tfx_accum.pipeline.errors import InputError
 from tfx_accum.pipeline.files import atomic_write_text
 
 DIGITS_FILE = "digits.csv"
+DIGITS_FEATURES = 64  # 8x8 pixels
 
 
 class DataError(InputError):

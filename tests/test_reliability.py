@@ -134,6 +134,8 @@ def test_killed_trainer_resumes_to_the_uninterrupted_weights(uninterrupted, tmp_
     out = tmp_path / "killed"
     run = Run(out, NO_TUNE)
     run.wait_for(r"^\[trainer\] \d+/160 updates \(50%\)")  # two epochs backed up by now
+    # Frozen where it is: the rest of training takes about a second on this data.
+    run.signal_group(signal.SIGSTOP)
 
     # Meanwhile a second run into the same directory is refused at once, naming the first.
     second = run_to_end(out, NO_TUNE)
@@ -261,13 +263,14 @@ def test_killed_tuner_resumes_its_search_without_rerunning_finished_trials(tmp_p
     out = tmp_path / "killed"
     run = Run(out, RANDOM_SEARCH)
     run.wait_for(r"^\[tuner\] trial 1: ")  # two trials finished (and saved)
-    run.signal_group(signal.SIGKILL)
+    run.signal_group(signal.SIGKILL)  # a short trial may finish before the signal lands
     run.finish()
     rerun = run_to_end(out, RANDOM_SEARCH)
     assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
-    assert "2 trial(s) already finished are not run again" in rerun.stdout
+    done = int(re.search(r"(\d+) trial\(s\) already finished are not run again", rerun.stdout)[1])
+    assert 2 <= done < 4, rerun.stdout
     ran = re.findall(r"^\[tuner\] trial (\d+): ", rerun.stdout, re.M)
-    assert sorted(ran) == ["2", "3"], rerun.stdout
+    assert sorted(ran) == [str(i) for i in range(done, 4)], rerun.stdout
     # Trials are seeded and accumulation is exact: the resumed search finds the same best.
     best = re.compile(r"^best trial: .*$", re.M)
     assert best.search(rerun.stdout).group(0) == best.search(whole.stdout).group(0)
