@@ -1,5 +1,10 @@
-"""The one use of Keras Tuner internals: building a trial's model without a session reset.
+"""Every use of Keras Tuner internals, in one place (keras-tuner 1.4.8, pinned in tests).
 
+1. Building a trial's model without a session reset (:class:`NoSessionResetMixin`).
+2. Declaring the search space without building a model (:class:`DeclaredSpaceMixin`).
+3. Serving an oracle to parallel workers (:func:`serve_oracle`, :func:`fail_ongoing_trial`).
+
+**1.**
 Keras Tuner's ``Tuner._try_build`` calls ``keras.backend.clear_session()`` and
 ``gc.collect()`` before every trial, to free the previous trial's model. The
 ``AccumulationHyperModel`` keeps one model per accumulation step count and reuses it, so
@@ -26,3 +31,61 @@ class NoSessionResetMixin:
                 f"Received: {model!r} of type {type(model).__name__}."
             )
         return model
+
+
+class DeclaredSpaceMixin:
+    """**2.** The space is declared by ``hypermodel.declare(hp)``, without a model build.
+
+    ``BaseTuner._populate_initial_space`` builds the model (maybe more than once) to find
+    conditional hyperparameters. There are none here, and a build would put a model on the
+    device of a parallel search's chief, which trains nothing and must leave the GPUs to
+    its workers.
+    """
+
+    def _populate_initial_space(self):
+        hp = self.oracle.get_space()
+        self.hypermodel.declare(hp)
+        self.oracle.update_space(hp)
+
+
+# 3. Keras Tuner's chief (``oracle_chief.start_server``) serves the oracle with its own
+# ``OracleServicer`` but then polls every second, waits in 20-second sleeps for workers to
+# leave, and waits forever for a worker that died (its tuner id never leaves). The chief
+# here serves the same servicer and watches the worker processes itself
+# (components/parallel_search.py).
+
+
+def serve_oracle(oracle, address: str):
+    """Starts Keras Tuner's gRPC oracle service on ``address`` (a free port); ``(server, port)``."""
+    from concurrent import futures
+
+    import grpc
+    from keras_tuner.src import protos
+    from keras_tuner.src.distribute.oracle_chief import OracleServicer
+
+    # One thread, as Keras Tuner's own chief: the oracle's methods are synchronized, but
+    # its proposals should follow one another.
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=1))
+    protos.get_service_grpc().add_OracleServicer_to_server(OracleServicer(oracle), server)
+    port = server.add_insecure_port(f"{address}:0")
+    server.start()
+    return server, port
+
+
+def fail_ongoing_trial(oracle, tuner_id: str, message: str) -> str | None:
+    """Ends the trial ``tuner_id`` was running as FAILED (its worker died); its id or None."""
+    from keras_tuner.src.engine import trial as trial_module
+
+    trial = oracle.ongoing_trials.get(tuner_id)
+    oracle.tuner_ids.discard(tuner_id)
+    if trial is None:
+        return None
+    trial.status = trial_module.TrialStatus.FAILED
+    trial.message = message
+    oracle.end_trial(trial)
+    return trial.trial_id
+
+
+def trials_exhausted(oracle) -> bool:
+    """True when the oracle has handed out all its trials (random and Bayesian search)."""
+    return oracle.max_trials is not None and len(oracle.trials) >= oracle.max_trials

@@ -52,8 +52,16 @@ class SearchSpace:
             optimizer update.
         micro_batch_choices: candidate micro-batch sizes (m): samples per forward pass.
         learning_rate_min, learning_rate_max: log-uniform learning-rate range.
-        max_effective_batch: combinations with k * m above this are skipped as failed
-            trials (``None``: no limit).
+        learning_rate_step: the factor between neighbouring learning rates the search may
+            propose (``learning_rate_min * step**i``); ``None``: any value in the range.
+            A grid lets two trials share a learning rate, and so be exact duplicates.
+        max_effective_batch: combinations with k * m above this are never proposed
+            (``None``: no limit).
+        max_micro_batch: micro-batch choices above this are dropped before the search
+            (``None``: all; on a GPU the memory probe also drops what does not fit).
+        reuse_exact_duplicates: a trial with the effective batch, learning rate and data
+            order of a finished trial trains the same model (accumulation is exact): it
+            reuses that trial's score and only measures its own speed and memory.
         algorithm: ``"bayesian"`` (default), ``"random"`` or ``"hyperband"``.
         max_trials: number of trials (Bayesian and random search).
         tuning_epochs: epochs per trial; an epoch is ``examples_per_epoch`` examples.
@@ -66,7 +74,10 @@ class SearchSpace:
     micro_batch_choices: tuple[int, ...] = (8, 16, 32, 64)
     learning_rate_min: float = 1e-4
     learning_rate_max: float = 1e-1
+    learning_rate_step: float | None = 10**0.25
     max_effective_batch: int | None = None
+    max_micro_batch: int | None = None
+    reuse_exact_duplicates: bool = True
     algorithm: str = "bayesian"
     max_trials: int = 8
     tuning_epochs: int = 4
@@ -84,6 +95,20 @@ class SearchSpace:
                 f"`learning_rate_max`. Received: learning_rate_min={self.learning_rate_min}, "
                 f"learning_rate_max={self.learning_rate_max}."
             )
+        if self.learning_rate_step is not None and (
+            isinstance(self.learning_rate_step, bool)
+            or not isinstance(self.learning_rate_step, int | float)
+            or self.learning_rate_step <= 1
+        ):
+            raise ValueError(
+                "`learning_rate_step` must be a factor > 1 (e.g. 1.78 for four values per "
+                f"decade) or None. Received: learning_rate_step={self.learning_rate_step!r}."
+            )
+        if not isinstance(self.reuse_exact_duplicates, bool):
+            raise ValueError(
+                "`reuse_exact_duplicates` must be true or false. "
+                f"Received: {self.reuse_exact_duplicates!r}."
+            )
         if self.algorithm not in ALGORITHMS:
             raise ValueError(
                 f"`algorithm` must be one of {', '.join(ALGORITHMS)}. "
@@ -93,9 +118,18 @@ class SearchSpace:
             _as_value_error(validate_positive_int, name, getattr(self, name))
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
             raise ValueError(f"`seed` must be an integer >= 0. Received: seed={self.seed!r}.")
-        for name in ("max_effective_batch", "examples_per_epoch"):
+        for name in ("max_effective_batch", "max_micro_batch", "examples_per_epoch"):
             if getattr(self, name) is not None:
                 _as_value_error(validate_positive_int, name, getattr(self, name))
+        if self.max_micro_batch is not None:
+            kept = tuple(m for m in self.micro_batch_choices if m <= self.max_micro_batch)
+            if not kept:
+                raise ValueError(
+                    f"No micro-batch choice fits `max_micro_batch`={self.max_micro_batch}: the "
+                    f"smallest is {min(self.micro_batch_choices)}. Raise the limit or add "
+                    "smaller choices."
+                )
+            object.__setattr__(self, "micro_batch_choices", kept)
         if self.max_effective_batch is not None:
             smallest = min(self.accumulation_steps_choices) * min(self.micro_batch_choices)
             if smallest > self.max_effective_batch:
@@ -105,6 +139,10 @@ class SearchSpace:
                     f"{min(self.micro_batch_choices)} = {smallest}. Raise the limit or add "
                     "smaller choices."
                 )
+
+    def with_micro_batches(self, choices: Sequence[int]) -> SearchSpace:
+        """This space with only ``choices`` as micro-batch sizes (after the memory probe)."""
+        return dataclasses.replace(self, micro_batch_choices=tuple(choices))
 
     def to_config(self) -> dict[str, Any]:
         config = dataclasses.asdict(self)

@@ -53,6 +53,17 @@ TRAIN_STEPS = 300  # Trainer optimizer updates, each one whole effective batch
 ACCURACY_THRESHOLD = 0.95  # Evaluator's gate on eval-split accuracy
 EVAL_BATCH = 256  # batch size of validation passes (no gradients: not tuned)
 
+# What a trial records beside its score (Keras Tuner metrics, and columns of trials.csv).
+TRIAL_EXAMPLES = "examples"  # training examples the trial's score is for
+TRIAL_SPEED = "examples_per_second"  # training throughput, after the first (tracing) epoch
+TRIAL_PEAK_MEMORY = "peak_memory_mb"  # GPU allocator peak, or the process's peak RSS on CPU
+TRIAL_REUSED_FROM = "reused_from"  # the trial whose score an exact duplicate reuses
+# Added to the best hyperparameters when the Tuner picks a faster split of the best
+# trial's effective batch (see components/tuner.py: fastest_split).
+RESPLIT_FROM_TRIAL = "resplit_from_trial"
+RESPLIT_FROM_SPLIT = "resplit_from_split"
+RESPLIT_SPEEDUP = "resplit_speedup"
+
 
 def validate_positive_int(name: str, value: Any, hint: str | None = None) -> int:
     """Returns ``value`` as an int >= 1, or raises naming ``name`` and the value.

@@ -98,8 +98,8 @@ def check_accelerators(num_gpus: int, tpu_present: bool, devices: list[str]) -> 
         )
 
 
-def choose_strategy():
-    """The ``tf.distribute`` strategy for the devices this process sees (a pod, a laptop)."""
+def check_node_pool() -> None:
+    """:func:`check_accelerators` for this process's devices (listing them allocates nothing)."""
     import tensorflow as tf
 
     check_accelerators(
@@ -107,6 +107,17 @@ def choose_strategy():
         _tpu_present(),
         [d.name for d in tf.config.list_physical_devices()],
     )
+
+
+def tpu_present() -> bool:
+    return _tpu_present()
+
+
+def choose_strategy():
+    """The ``tf.distribute`` strategy for the devices this process sees (a pod, a laptop)."""
+    import tensorflow as tf
+
+    check_node_pool()
     kind = strategy_kind(len(tf.config.list_physical_devices("GPU")), _tpu_present())
     if kind == "tpu":
         resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu="local")

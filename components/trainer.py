@@ -16,6 +16,7 @@ Referenced from the pipeline as ``run_fn="tfx_accum.components.trainer.run_fn"``
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
@@ -36,7 +37,14 @@ from tfx_accum.components.data import (
 )
 from tfx_accum.components.export import export_serving_model
 from tfx_accum.components.models import build_model
-from tfx_accum.components.settings import EVAL_BATCH, Hyperparameters, ModelSettings
+from tfx_accum.components.settings import (
+    EVAL_BATCH,
+    RESPLIT_FROM_SPLIT,
+    RESPLIT_FROM_TRIAL,
+    RESPLIT_SPEEDUP,
+    Hyperparameters,
+    ModelSettings,
+)
 from tfx_accum.components.strategy import choose_strategy, replica_plan
 
 TRAINING_SEED = 0
@@ -46,7 +54,15 @@ def resolve_hyperparameters(fn_args) -> Hyperparameters:
     """The Tuner's best values if there are any, else ``custom_config["hyperparameters"]``."""
     if fn_args.hyperparameters:
         config = fn_args.hyperparameters
-        hp, source = Hyperparameters.from_values(config.get("values", config)), "Tuner"
+        values = config.get("values", config)
+        hp, source = Hyperparameters.from_values(values), "Tuner"
+        if RESPLIT_FROM_TRIAL in values:
+            source = (
+                f"Tuner; trial {values[RESPLIT_FROM_TRIAL]} ran this effective batch as "
+                f"{values[RESPLIT_FROM_SPLIT]}, this split ran "
+                f"{values.get(RESPLIT_SPEEDUP, 0):.2f}x faster in the search and trains the "
+                "same model, as accumulation is exact"
+            )
     else:
         fixed = (fn_args.custom_config or {}).get("hyperparameters") or {}
         hp, source = Hyperparameters(**fixed), "fixed (tuning off)"
@@ -154,9 +170,28 @@ def run_fn(fn_args: tfx.components.FnArgs) -> None:
             f"[trainer] done: loss {history['loss'][-1]:.4f}, val_accuracy "
             f"{history['val_accuracy'][-1]:.4f} after {int(model.optimizer.iterations)} updates"
         )
+    write_budget(fn_args.model_run_dir, updates, plan.global_batch)
     schema = load_schema(fn_args.schema_path)
     export_serving_model(model, feature_spec(schema, splits.keys), fn_args.serving_model_dir)
     tf.io.gfile.rmtree(backup_dir)  # finished: a later run with these inputs starts afresh
+
+
+BUDGET_FILE = "budget.json"  # in the ModelRun artifact; the run summary reads it
+
+
+def write_budget(model_run_dir: str, updates: int, global_batch: int) -> None:
+    """Records the Trainer's budget in the unit of the trials' budget: examples."""
+    tf.io.gfile.makedirs(model_run_dir)
+    with tf.io.gfile.GFile(os.path.join(model_run_dir, BUDGET_FILE), "w") as handle:
+        handle.write(
+            json.dumps(
+                {
+                    "updates": updates,
+                    "global_batch": global_batch,
+                    "examples": updates * global_batch,
+                }
+            )
+        )
 
 
 def training_updates(fn_args, train_size: int, global_batch: int) -> int:

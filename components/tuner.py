@@ -17,29 +17,47 @@ recorded as failed and the search goes on; the Tuner fails only if every trial f
 
 from __future__ import annotations
 
+import copy
+import json
 import logging
 import math
+import os
 import time
+from collections.abc import Iterable
 from typing import Any
 
 import keras
 import keras_tuner
 import tensorflow as tf
-from tfx import v1 as tfx
 
 from tfx_accum import console
+from tfx_accum.components import parallel_search
 from tfx_accum.components.data import Splits, batched, load_splits, location_for_inputs
-from tfx_accum.components.keras_tuner_adapter import NoSessionResetMixin
+from tfx_accum.components.keras_tuner_adapter import DeclaredSpaceMixin, NoSessionResetMixin
+from tfx_accum.components.micro_batch_probe import fitting_micro_batches, gpu_present
 from tfx_accum.components.models import build_model
+from tfx_accum.components.peak_memory import PeakMemory
 from tfx_accum.components.search_space import SearchSpace
 from tfx_accum.components.settings import (
     EVAL_BATCH,
     HP_ACCUMULATION_STEPS,
     HP_LEARNING_RATE,
     HP_MICRO_BATCH_SIZE,
+    RESPLIT_FROM_SPLIT,
+    RESPLIT_FROM_TRIAL,
+    RESPLIT_SPEEDUP,
+    TRIAL_EXAMPLES,
+    TRIAL_PEAK_MEMORY,
+    TRIAL_REUSED_FROM,
+    TRIAL_SPEED,
     ModelSettings,
 )
-from tfx_accum.components.strategy import choose_strategy, replica_plan
+from tfx_accum.components.strategy import (
+    check_node_pool,
+    choose_strategy,
+    replica_plan,
+    tpu_present,
+)
 
 OBJECTIVE = "val_accuracy"
 
@@ -73,6 +91,7 @@ class AccumulationHyperModel(keras_tuner.HyperModel):
             HP_LEARNING_RATE,
             self.space.learning_rate_min,
             self.space.learning_rate_max,
+            step=self.space.learning_rate_step,
             sampling="log",
         )
         return steps, micro, lr
@@ -121,36 +140,142 @@ class AccumulationHyperModel(keras_tuner.HyperModel):
         epochs = kwargs.pop("epochs", self.space.tuning_epochs)
         kwargs.pop("x", None)
         kwargs.pop("validation_data", None)
+        steps_per_epoch = math.ceil(examples / batch)
         train = batched(self.splits.train, batch, shuffle_seed=self.space.seed)
         validation = self.splits.eval.batch(EVAL_BATCH)
-        timing = EpochTimes()
+        timing = EpochTimes(batch)
         kwargs["callbacks"] = [*kwargs.get("callbacks", []), timing]
+        memory = PeakMemory()
+        memory.reset()
         try:
             history = model.fit(
                 train,
-                steps_per_epoch=math.ceil(examples / batch),
+                steps_per_epoch=steps_per_epoch,
                 epochs=epochs,
                 validation_data=validation,
                 verbose=0,
                 **kwargs,
             )
-            self.last_timing = timing
-            return history
         except tf.errors.ResourceExhaustedError as error:
             raise keras_tuner.errors.FailedTrialError(
                 f"out of memory with micro-batch {micro} (x{steps} steps): {error.message[:200]}"
             ) from error
+        self.last_timing = timing
+        # Speed and memory ride along as metrics: Keras Tuner keeps them with the trial
+        # (trial.json, and over gRPC from a parallel worker to the chief's oracle).
+        done = len(history.history.get(OBJECTIVE, []))
+        extra = {
+            TRIAL_SPEED: timing.examples_per_second(),
+            TRIAL_PEAK_MEMORY: memory.peak_mb(),
+            TRIAL_EXAMPLES: float(timing.examples),
+        }
+        for name, value in extra.items():
+            if value is not None:
+                history.history[name] = [value] * done
+        return history
+
+    def measure_speed(self, hp: keras_tuner.HyperParameters, model, updates: int = 8) -> dict:
+        """Throughput and peak memory of ``hp``'s split over a few updates, without scoring.
+
+        For an exact duplicate (see :func:`duplicate_key`): its score is known, its speed
+        and memory at this split are not. Two short epochs; the second one is timed.
+        """
+        plan = replica_plan(
+            hp.get(HP_ACCUMULATION_STEPS), hp.get(HP_MICRO_BATCH_SIZE), self.replicas
+        )
+        train = batched(self.splits.train, plan.global_batch, shuffle_seed=self.space.seed)
+        timing = EpochTimes(plan.global_batch)
+        memory = PeakMemory()
+        memory.reset()
+        try:
+            model.fit(train, steps_per_epoch=updates, epochs=2, verbose=0, callbacks=[timing])
+        except tf.errors.ResourceExhaustedError as error:
+            raise keras_tuner.errors.FailedTrialError(
+                f"out of memory with micro-batch {hp.get(HP_MICRO_BATCH_SIZE)}: "
+                f"{error.message[:200]}"
+            ) from error
+        self.last_timing = timing
+        return {
+            name: value
+            for name, value in {
+                TRIAL_SPEED: timing.examples_per_second(),
+                TRIAL_PEAK_MEMORY: memory.peak_mb(),
+            }.items()
+            if value is not None
+        }
+
+    def probe_micro_batches(self, try_step=None) -> tuple[int, ...]:
+        """Drops micro-batch choices that do not fit the device; returns the dropped ones.
+
+        ``try_step(m)`` defaults to one training step of the model at micro-batch ``m``
+        with the largest accumulation step count (the accumulators take memory too).
+        """
+        if try_step is None:
+            try_step = self._one_step
+        kept, dropped = fitting_micro_batches(self.space.micro_batch_choices, try_step)
+        if dropped:
+            self.space = self.space.with_micro_batches(kept)
+            self._models.clear()
+        return dropped
+
+    def _one_step(self, micro: int) -> None:
+        hp = keras_tuner.HyperParameters()
+        steps = max(self.space.accumulation_steps_choices)
+        hp.values = {
+            HP_ACCUMULATION_STEPS: steps,
+            HP_MICRO_BATCH_SIZE: micro,
+            HP_LEARNING_RATE: self.space.learning_rate_min,
+        }
+        model = self.build(hp)
+        batch = replica_plan(steps, micro, self.replicas).global_batch
+        x, y = next(iter(self.splits.train.repeat().batch(batch)))
+        model.train_on_batch(x, y)
 
 
 class EpochTimes(keras.callbacks.Callback):
-    """Where a trial's time goes: ``fit`` in all, and its first epoch (tracing included)."""
+    """Where a trial's time goes, and its training throughput.
+
+    Throughput counts training steps only (validation excluded), over the epochs after
+    the first: the first one includes tracing, unless it is the only one.
+    """
+
+    def __init__(self, batch: int = 0):
+        super().__init__()
+        self.batch = batch
 
     def on_train_begin(self, logs=None):
         self.start = time.monotonic()
         self.epochs: list[float] = []
+        self.train_seconds: list[float] = []
+        self.train_steps: list[int] = []
+        self.examples = 0
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._epoch_start = time.monotonic()
+        self._train_end = None
+        self.train_steps.append(0)
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.train_steps[-1] += 1
+        self.examples += self.batch
+
+    def on_test_begin(self, logs=None):
+        if getattr(self, "_train_end", 0) is None:
+            self._train_end = time.monotonic()
 
     def on_epoch_end(self, epoch, logs=None):
-        self.epochs.append(time.monotonic() - self.start - sum(self.epochs))
+        now = time.monotonic()
+        self.train_seconds.append((self._train_end or now) - self._epoch_start)
+        self.epochs.append(now - self.start - sum(self.epochs))
+
+    def examples_per_second(self) -> float | None:
+        pairs = list(zip(self.train_steps, self.train_seconds))
+        if len(pairs) > 1:
+            pairs = pairs[1:]
+        steps, seconds = sum(p[0] for p in pairs), sum(p[1] for p in pairs)
+        if not steps or seconds <= 0:
+            return None
+        return steps * self.batch / seconds
 
     def describe(self) -> str:
         if not self.epochs:
@@ -160,18 +285,106 @@ class EpochTimes(keras.callbacks.Callback):
         return f" (fit {sum(self.epochs):.1f}: first epoch {self.epochs[0]:.1f}{later})"
 
 
+def duplicate_key(values: dict[str, Any]) -> tuple:
+    """What determines the model a trial trains, given exact accumulation.
+
+    Two trials with the same effective batch ``k x m``, learning rate and every other value
+    (Hyperband's epochs, for one), in one search (same initial weights and data order),
+    train the same model: the split between ``k`` and ``m`` changes memory and speed only.
+    """
+    k, m = values.get(HP_ACCUMULATION_STEPS), values.get(HP_MICRO_BATCH_SIZE)
+    rest = tuple(
+        sorted(
+            (name, round(value, 12) if isinstance(value, float) else value)
+            for name, value in values.items()
+            if name not in (HP_ACCUMULATION_STEPS, HP_MICRO_BATCH_SIZE)
+        )
+    )
+    return (k * m if k and m else None, rest)
+
+
+def _metric(trial, name: str) -> float | None:
+    if trial.metrics.exists(name):
+        value = trial.metrics.get_last_value(name)
+        return None if value is None else float(value)
+    return None
+
+
+def fastest_split(trials: Iterable) -> tuple[Any, Any] | None:
+    """``(best, fastest)``: the best trial, and the fastest trial that trains the same model.
+
+    ``fastest`` has the best trial's :func:`duplicate_key` (same effective batch and
+    learning rate) and the highest measured examples/s, so it is feasible (it ran) and,
+    because accumulation is exact, trains the same weights faster. ``None`` if no trial
+    completed.
+    """
+    completed = [t for t in trials if t.status == "COMPLETED" and t.score is not None]
+    if not completed:
+        return None
+    # Ties (a reused score equals its source's): the trial that was trained counts.
+    best = max(
+        completed,
+        key=lambda t: (t.score, _metric(t, TRIAL_REUSED_FROM) is None, -int(t.trial_id)),
+    )
+    key = duplicate_key(best.hyperparameters.values)
+    same = [t for t in completed if duplicate_key(t.hyperparameters.values) == key]
+    fastest = max(same, key=lambda t: (_metric(t, TRIAL_SPEED) or 0.0, t is best))
+    return best, fastest
+
+
 class _ReportingMixin:
-    """Prints one line per finished trial and fails clearly if every trial failed."""
+    """One line per finished trial, exact-duplicate reuse, parallel workers, the best split.
+
+    - A trial that would train the same model as a finished one (:func:`duplicate_key`)
+      reuses its score and only measures its own speed and memory (``reused_from``).
+    - With ``parallel_trials`` > 1, :meth:`search` hosts the oracle and runs the trials in
+      worker processes (:mod:`components.parallel_search`).
+    - :meth:`get_best_hyperparameters` returns the best trial's values with the fastest
+      measured split of its effective batch (:func:`fastest_split`).
+    """
+
+    parallel_trials: int = 1
+    worker_spec: dict | None = None  # what a worker process needs to rebuild this tuner
 
     def on_trial_begin(self, trial):
         self._trial_started = time.monotonic()
         self.hypermodel.last_timing = None
         super().on_trial_begin(trial)
 
+    def run_trial(self, trial, *args, **kwargs):
+        source = self._finished_duplicate(trial)
+        if source is None:
+            return super().run_trial(trial, *args, **kwargs)
+        model = self.hypermodel.build(trial.hyperparameters)
+        speed = self.hypermodel.measure_speed(trial.hyperparameters, model)
+        examples = _metric(source, TRIAL_EXAMPLES)
+        return {
+            OBJECTIVE: float(source.score),
+            **speed,
+            **({TRIAL_EXAMPLES: examples} if examples is not None else {}),
+            TRIAL_REUSED_FROM: float(int(source.trial_id)),
+        }
+
+    def _finished_duplicate(self, trial):
+        if not self.hypermodel.space.reuse_exact_duplicates:
+            return None
+        key = duplicate_key(trial.hyperparameters.values)
+        for done in self.oracle.get_best_trials(10**6):  # completed trials (also over gRPC)
+            if (
+                done.trial_id != trial.trial_id
+                and done.score is not None
+                and duplicate_key(done.hyperparameters.values) == key
+            ):
+                return done
+        return None
+
     def on_trial_end(self, trial):
         seconds = time.monotonic() - getattr(self, "_trial_started", time.monotonic())
         timing = getattr(self.hypermodel, "last_timing", None)
         super().on_trial_end(trial)
+        if parallel_search.is_worker():
+            # The chief's oracle scored it; this process's copy has neither score nor metrics.
+            trial = self.oracle.get_trial(trial.trial_id)
         values = trial.hyperparameters.values
         steps, micro = values.get(HP_ACCUMULATION_STEPS), values.get(HP_MICRO_BATCH_SIZE)
         lr = values.get(HP_LEARNING_RATE)
@@ -180,14 +393,30 @@ class _ReportingMixin:
         message = ""
         if trial.status != "COMPLETED" and trial.message:
             message = " - " + trial.message.strip().splitlines()[-1][:160]
+        speed = ""
+        if trial.status == "COMPLETED":
+            rate, peak = _metric(trial, TRIAL_SPEED), _metric(trial, TRIAL_PEAK_MEMORY)
+            speed = f", {rate:,.0f} examples/s" if rate else ""
+            speed += f", peak {PeakMemory().kind} memory {peak:,.0f} MiB" if peak else ""
+        reused = _metric(trial, TRIAL_REUSED_FROM) if trial.status == "COMPLETED" else None
+        if reused is not None:
+            score += (
+                f" (reused from trial {int(reused):0{len(trial.trial_id)}d}: same effective "
+                "batch and learning rate, exact accumulation; speed measured only)"
+            )
         console.say(
             f"[tuner] trial {trial.trial_id}: accumulation_steps={steps} micro_batch={micro} "
             f"lr={lr:.2e} (effective batch {effective}) -> {score} [{trial.status}] "
-            f"{seconds:.1f} s{timing.describe() if timing else ''}{message}"
+            f"{seconds:.1f} s{speed}{timing.describe() if timing else ''}{message}"
         )
 
     def search(self, *args, **kwargs):
-        super().search(*args, **kwargs)
+        if parallel_search.is_worker():
+            return super().search(*args, **kwargs)  # asks the chief's oracle for trials
+        if self.parallel_trials > 1 and self.worker_spec is not None:
+            parallel_search.run_workers(self, self.parallel_trials, self.worker_spec)
+        else:
+            super().search(*args, **kwargs)
         trials = list(self.oracle.trials.values())
         if self.oracle.max_trials is None:
             # Hyperband's oracle has no trial limit; TFX's write_best_hyperparameters
@@ -201,17 +430,83 @@ class _ReportingMixin:
                 f"{last.strip().splitlines()[-1] if last else last}. Try smaller "
                 "micro_batch_choices, or a larger max_effective_batch."
             )
+        self._report_results(trials)
+
+    def _report_results(self, trials: list) -> None:
+        """Says what the search saved and which split the Trainer gets; annotates results.
+
+        TFX writes ``tuner_results.json`` rows as ``trial_id``, ``score`` and the trial's
+        hyperparameter values, so each trial's speed, memory, examples and reuse are added
+        to (copies of) its values as fixed entries; the oracle's own state is untouched.
+        """
+        reused = [t for t in trials if _metric(t, TRIAL_REUSED_FROM) is not None]
+        if reused:
+            console.say(
+                f"[tuner] {len(reused)} of {len(trials)} trial(s) were exact duplicates of a "
+                "finished trial (same effective batch and learning rate): their scores were "
+                "reused, not retrained"
+            )
+        choice = fastest_split(trials)
+        self._best = None
+        if choice is not None:
+            best, fastest = choice
+            hp = best.hyperparameters.copy()
+            if fastest is not best:
+                speedup = (_metric(fastest, TRIAL_SPEED) or 0) / max(
+                    _metric(best, TRIAL_SPEED) or 0, 1e-9
+                )
+                old = f"{hp.get(HP_ACCUMULATION_STEPS)} x {hp.get(HP_MICRO_BATCH_SIZE)}"
+                new_k = fastest.hyperparameters.get(HP_ACCUMULATION_STEPS)
+                new_m = fastest.hyperparameters.get(HP_MICRO_BATCH_SIZE)
+                hp.values[HP_ACCUMULATION_STEPS], hp.values[HP_MICRO_BATCH_SIZE] = new_k, new_m
+                hp.Fixed(RESPLIT_FROM_TRIAL, best.trial_id)
+                hp.Fixed(RESPLIT_FROM_SPLIT, old)
+                hp.Fixed(RESPLIT_SPEEDUP, round(speedup, 3))
+                console.say(
+                    f"[tuner] best: trial {best.trial_id} ({old}, effective batch "
+                    f"{new_k * new_m}); trial {fastest.trial_id} ran the same effective batch "
+                    f"and learning rate as {new_k} x {new_m} {speedup:.2f}x faster. "
+                    "Accumulation is exact, so that split trains the same model: the "
+                    "Trainer uses it"
+                )
+            self._best = hp
+        annotated = []
+        for trial in trials:
+            copy_ = copy.copy(trial)
+            copy_.hyperparameters = trial.hyperparameters.copy()
+            for name in (TRIAL_EXAMPLES, TRIAL_SPEED, TRIAL_PEAK_MEMORY, TRIAL_REUSED_FROM):
+                value = _metric(trial, name)
+                if value is not None:
+                    copy_.hyperparameters.Fixed(name, round(value, 3))
+            annotated.append(copy_)
+        oracle_best = self.oracle.get_best_trials
+        by_id = {t.trial_id: t for t in annotated}
+        self.oracle.get_best_trials = lambda num_trials=1: [
+            by_id[t.trial_id] for t in oracle_best(num_trials)
+        ]
+
+    def get_best_hyperparameters(self, num_trials=1):
+        """The best trial's values, with the fastest split of its effective batch first."""
+        found = super().get_best_hyperparameters(num_trials)
+        best = getattr(self, "_best", None)
+        if best is None or not found:
+            return found
+        return [best, *found[1:]]
 
 
-class RandomSearch(_ReportingMixin, NoSessionResetMixin, keras_tuner.RandomSearch):
+class RandomSearch(
+    _ReportingMixin, DeclaredSpaceMixin, NoSessionResetMixin, keras_tuner.RandomSearch
+):
     pass
 
 
-class BayesianOptimization(_ReportingMixin, NoSessionResetMixin, keras_tuner.BayesianOptimization):
+class BayesianOptimization(
+    _ReportingMixin, DeclaredSpaceMixin, NoSessionResetMixin, keras_tuner.BayesianOptimization
+):
     pass
 
 
-class Hyperband(_ReportingMixin, NoSessionResetMixin, keras_tuner.Hyperband):
+class Hyperband(_ReportingMixin, DeclaredSpaceMixin, NoSessionResetMixin, keras_tuner.Hyperband):
     pass
 
 
@@ -311,36 +606,122 @@ def search_location(fn_args, space: SearchSpace, settings: ModelSettings) -> str
     )
 
 
-def tuner_fn(fn_args: tfx.components.FnArgs) -> tfx.components.TunerFnResult:
-    """TFX entry point: returns the tuner and the arguments of ``tuner.search``."""
+def tuner_fn(fn_args):
+    """TFX entry point: returns the tuner and the arguments of ``tuner.search``.
+
+    With ``custom_config["parallel_trials"]`` > 1 this process is the chief of a parallel
+    search (:mod:`components.parallel_search`): it trains nothing and loads no data; the
+    workers do both.
+    """
     logging.getLogger("keras_tuner").setLevel(logging.WARNING)
     settings = ModelSettings.from_custom_config(fn_args.custom_config)
     space = SearchSpace.from_config((fn_args.custom_config or {}).get("search_space"))
-    strategy = choose_strategy()
-    splits = load_splits(fn_args, settings.label_key)
+    workers = parallel_search.parallel_trials(fn_args.custom_config)
+    directory = search_location(fn_args, space, settings)
+    if workers > 1:
+        check_node_pool()
+        if tpu_present():
+            raise ValueError(
+                f"parallel_trials={workers} needs GPUs or CPUs: a TPU host serves one "
+                "process. Set parallel_trials to 1 for TPU node pools."
+            )
+        if gpu_present():
+            space = _probe_in_subprocess(fn_args, space, directory or fn_args.working_dir)
+        hypermodel = AccumulationHyperModel(space, None, settings.model, settings.num_classes)
+        budget = f"{space.examples_per_epoch or 'the training split'}"
+    else:
+        strategy = choose_strategy()
+        splits = load_splits(fn_args, settings.label_key)
+        hypermodel = AccumulationHyperModel(
+            space, splits, settings.model, settings.num_classes, strategy.num_replicas_in_sync
+        )
+        if gpu_present():
+            _say_dropped(hypermodel.probe_micro_batches())
+            space = hypermodel.space
+        budget = f"{space.examples_per_epoch or splits.train_size}"
     console.say(
         f"[tuner] {space.algorithm} search over accumulation steps "
         f"{list(space.accumulation_steps_choices)}, "
         f"micro-batch {list(space.micro_batch_choices)}, learning rate "
-        f"[{space.learning_rate_min:g}, {space.learning_rate_max:g}] (log); "
-        f"budget {space.tuning_epochs} x "
-        f"{space.examples_per_epoch or splits.train_size} examples per trial"
+        f"[{space.learning_rate_min:g}, {space.learning_rate_max:g}] (log"
+        + (f", x{space.learning_rate_step:.3g} steps" if space.learning_rate_step else "")
+        + f"); budget {space.tuning_epochs} x {budget} examples per trial"
+        + (f"; {workers} trials at a time" if workers > 1 else "")
     )
-    hypermodel = AccumulationHyperModel(
-        space, splits, settings.model, settings.num_classes, strategy.num_replicas_in_sync
-    )
-    directory = search_location(fn_args, space, settings)
     tuner = make_tuner(
         space,
         hypermodel,
         directory or fn_args.working_dir,
-        strategy if strategy.num_replicas_in_sync > 1 else None,
+        strategy if workers == 1 and strategy.num_replicas_in_sync > 1 else None,
         resume=directory is not None,
     )
+    if workers > 1:
+        tuner.parallel_trials = workers
+        tuner.worker_spec = parallel_search.worker_spec(
+            fn_args, directory or fn_args.working_dir, space.to_config()
+        )
     done = [t for t in tuner.oracle.trials.values() if t.status == "COMPLETED"]
     if done:
         console.say(
             f"[tuner] resuming the search in {directory}: {len(done)} trial(s) already "
             "finished are not run again"
         )
-    return tfx.components.TunerFnResult(tuner=tuner, fit_kwargs={"epochs": space.tuning_epochs})
+    from tfx.components.tuner.component import TunerFnResult  # TFX is loaded: its executor runs
+
+    return TunerFnResult(tuner=tuner, fit_kwargs={"epochs": space.tuning_epochs})
+
+
+def worker_tuner(fn_args, spec: dict) -> tuple[keras_tuner.Tuner, dict]:
+    """The tuner of a parallel-search worker (``components/tuner_worker.py``)."""
+    settings = ModelSettings.from_custom_config(fn_args.custom_config)
+    space = SearchSpace.from_config(spec["search_space"])  # as the chief probed it
+    if spec.get("probe"):
+        # Only the memory probe, for a chief that must not touch the GPU itself.
+        splits = load_splits(fn_args, settings.label_key)
+        hypermodel = AccumulationHyperModel(space, splits, settings.model, settings.num_classes)
+        hypermodel.probe_micro_batches()
+        print(json.dumps({"micro_batch_choices": list(hypermodel.space.micro_batch_choices)}))
+        return None, {}
+    strategy = choose_strategy()
+    splits = load_splits(fn_args, settings.label_key)
+    hypermodel = AccumulationHyperModel(
+        space, splits, settings.model, settings.num_classes, strategy.num_replicas_in_sync
+    )
+    tuner = make_tuner(space, hypermodel, spec["directory"], None, resume=True)
+    return tuner, {"epochs": space.tuning_epochs}
+
+
+def _say_dropped(dropped: tuple[int, ...]) -> None:
+    if dropped:
+        console.say(
+            f"[tuner] micro-batch {', '.join(map(str, dropped))} dropped: a training step "
+            "runs out of device memory (memory probe)"
+        )
+
+
+def _probe_in_subprocess(fn_args, space: SearchSpace, directory: str) -> SearchSpace:
+    """The memory probe in a process of its own, so the chief holds no GPU memory."""
+    import subprocess
+    import sys
+    import tempfile
+
+    spec = parallel_search.worker_spec(fn_args, directory, space.to_config())
+    spec["probe"] = True
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as handle:
+        json.dump(spec, handle)
+    result = subprocess.run(
+        [sys.executable, "-m", "tfx_accum.components.tuner_worker", handle.name],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    os.unlink(handle.name)
+    lines = [line for line in result.stdout.splitlines() if line.startswith("{")]
+    if result.returncode != 0 or not lines:
+        raise RuntimeError(
+            "The micro-batch memory probe failed: "
+            + ((result.stderr or result.stdout).strip().splitlines() or ["no output"])[-1]
+        )
+    kept = tuple(json.loads(lines[-1])["micro_batch_choices"])
+    _say_dropped(tuple(m for m in space.micro_batch_choices if m not in kept))
+    return space.with_micro_batches(kept)
