@@ -103,6 +103,21 @@ def _add_search_options(parser: argparse.ArgumentParser) -> None:
         help="skip combinations with accumulation steps x micro-batch above this",
     )
     group.add_argument(
+        "--max-micro-batch",
+        type=int,
+        default=_SPACE.max_micro_batch,
+        help="drop micro-batch choices above this before the search (on a GPU a memory "
+        "probe also drops those that do not fit; on the CPU this is the only cap)",
+    )
+    group.add_argument(
+        "--parallel-trials",
+        type=int,
+        default=None,
+        help="trials run side by side, one worker process each (Keras Tuner's distributed "
+        "mode; one GPU per worker where there are several). Default: 1 for run, the node "
+        "pool's parallel_trials for compile",
+    )
+    group.add_argument(
         "--tuning-epochs",
         type=int,
         default=_SPACE.tuning_epochs,
@@ -181,6 +196,7 @@ def search_space_from_args(args: argparse.Namespace) -> SearchSpace:
             learning_rate_min=args.lr_min,
             learning_rate_max=args.lr_max,
             max_effective_batch=args.max_effective_batch,
+            max_micro_batch=args.max_micro_batch,
             algorithm=args.algorithm,
             max_trials=args.max_trials,
             tuning_epochs=args.tuning_epochs,
@@ -280,12 +296,15 @@ def pipeline_settings(args: argparse.Namespace) -> dict:
         train_steps=args.train_steps,
         train_steps_auto=isinstance(args.train_steps, _AutoTrainSteps),
         accuracy_threshold=args.accuracy_threshold,
+        parallel_trials=args.parallel_trials,
     )
 
 
 def _check_common(args: argparse.Namespace) -> None:
     if args.train_steps < 1:
         raise InputError(f"--train-steps must be >= 1, got {args.train_steps}.")
+    if args.parallel_trials is not None and args.parallel_trials < 1:
+        raise InputError(f"--parallel-trials must be >= 1, got {args.parallel_trials}.")
     if not 0.0 <= args.accuracy_threshold <= 1.0:
         raise InputError(f"--accuracy-threshold must be in [0, 1], got {args.accuracy_threshold}.")
 
@@ -299,8 +318,22 @@ def _summary_lines(summary, accuracy_threshold: float, trial_files, seconds: flo
             f"micro_batch={hp.micro_batch_size} learning_rate={hp.learning_rate:.3g} "
             f"effective_batch={hp.effective_batch}"
         )
+        if summary.resplit:
+            lines.append(
+                f"  (trial {summary.resplit['trial']} ran it as {summary.resplit['split']}; the "
+                "Trainer used the faster split above, which trains the same model)"
+            )
     else:
         lines.append("tuning: off (fixed hyperparameters)")
+    budget = summary.trainer_budget
+    if budget:
+        trials = summary.trial_examples
+        lines.append(
+            "budget: "
+            + (f"each trial {trials:,} examples; " if trials else "")
+            + f"Trainer {budget['updates']:,} updates x {budget['global_batch']} = "
+            f"{budget['examples']:,} examples"
+        )
     if summary.accuracy is not None:
         lines.append(
             f"evaluation accuracy: {summary.accuracy:.4f} (threshold {accuracy_threshold})"

@@ -70,6 +70,14 @@ class NodePool:
     vertex_type: str | None = None
     description: str = ""
     machine_type: str | None = None
+    parallel_trials: int | None = None  # None: one per GPU (1 without GPUs)
+
+    @property
+    def tuner_parallel_trials(self) -> int:
+        """Trials the Tuner pod runs side by side: one per GPU unless the profile says."""
+        if self.parallel_trials is not None:
+            return self.parallel_trials
+        return self.count if self.kind == "gpu" else 1
 
     @property
     def resource_name(self) -> str | None:
@@ -154,8 +162,16 @@ def _profile(name: str, raw: Any, known: list[str]) -> NodePool:
         raise bad(
             f"`accelerator.vertex_type` must be a Vertex enum such as NVIDIA_L4, got {vertex!r}"
         )
+    parallel = raw.get("parallel_trials")
+    if parallel is not None and (
+        isinstance(parallel, bool) or not isinstance(parallel, int) or parallel < 1
+    ):
+        raise bad(f"`parallel_trials` must be an integer >= 1, got {parallel!r}")
+    if parallel is not None and parallel > 1 and kind == "tpu":
+        raise bad("`parallel_trials` must be 1 on a TPU pool (a TPU host serves one process)")
     unknown = sorted(
-        set(raw) - {"description", "accelerator", "cpu", "memory", "machine_type"}
+        set(raw)
+        - {"description", "accelerator", "cpu", "memory", "machine_type", "parallel_trials"}
     ) + sorted(set(accel) - {"kind", "count", "gke_label", "topology", "vertex_type"})
     if unknown:
         raise bad(f"unknown fields {unknown}")
@@ -170,6 +186,7 @@ def _profile(name: str, raw: Any, known: list[str]) -> NodePool:
         vertex,
         str(raw.get("description", "")),
         machine_type if isinstance(machine_type, str) else None,
+        parallel,
     )
 
 
@@ -364,6 +381,8 @@ def compile_pipeline(
 
     from tfx_accum.pipeline.pipeline import create_pipeline
 
+    if pipeline_settings.get("parallel_trials") is None:
+        pipeline_settings["parallel_trials"] = pool.tuner_parallel_trials
     if pipeline_settings.get("beam_pipeline_args") is None:
         # One worker per CPU of the data components' pods, not of the node.
         pipeline_settings["beam_pipeline_args"] = pod_beam_args(DEFAULT_CPU)

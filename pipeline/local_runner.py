@@ -166,6 +166,7 @@ def run_local(
     else:
         console.say(f"[pipeline] Beam: {' '.join(pipeline_settings['beam_pipeline_args'])}")
 
+    pipeline_settings["parallel_trials"] = pipeline_settings.get("parallel_trials") or 1
     pipeline = create_pipeline(
         pipeline_name=config.PIPELINE_NAME,
         pipeline_root=str(paths.pipeline_root),

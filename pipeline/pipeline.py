@@ -72,6 +72,7 @@ def create_pipeline(
     metadata_path: str | None = None,
     beam_pipeline_args: Sequence[str] | None = None,
     enable_cache: bool = True,
+    parallel_trials: int = 1,
 ) -> tfx.dsl.Pipeline:
     """Builds the pipeline. ``metadata_path=None`` leaves ML Metadata to the orchestrator.
 
@@ -81,6 +82,8 @@ def create_pipeline(
     if that is what it takes to see as many examples as each trial saw.
     ``beam_pipeline_args``: default, Beam's DirectRunner in-process with one worker (the
     runners size it: :mod:`tfx_accum.pipeline.beam`).
+    ``parallel_trials``: Keras Tuner trials run side by side in worker processes of the
+    Tuner (:mod:`tfx_accum.components.parallel_search`); 1 runs them one after another.
     """
     search_space = search_space or SearchSpace()
     model_settings = model_settings or ModelSettings()
@@ -118,6 +121,7 @@ def create_pipeline(
                 "search_space": search_space.to_config(),
                 # A stable place for the search, so a rerun continues it (tuner.py).
                 "search_root": f"{pipeline_root}/_search",
+                "parallel_trials": parallel_trials,
             },
         )
         best_hyperparameters = tuner.outputs["best_hyperparameters"]

@@ -15,6 +15,12 @@ from tfx_accum.components.settings import (
     HP_ACCUMULATION_STEPS,
     HP_LEARNING_RATE,
     HP_MICRO_BATCH_SIZE,
+    RESPLIT_FROM_SPLIT,
+    RESPLIT_FROM_TRIAL,
+    TRIAL_EXAMPLES,
+    TRIAL_PEAK_MEMORY,
+    TRIAL_REUSED_FROM,
+    TRIAL_SPEED,
     Hyperparameters,
 )
 from tfx_accum.pipeline.files import atomic_write
@@ -28,6 +34,14 @@ class RunSummary:
     blessed: bool | None
     pushed_to: str | None
     trials: list[dict[str, Any]]
+    trainer_budget: dict[str, int] | None = None  # updates, global_batch, examples
+    resplit: dict[str, Any] | None = None  # the best trial and split, when re-split
+
+    @property
+    def trial_examples(self) -> int | None:
+        """The examples each (non-reused) trial trained on, if the trials say."""
+        values = {int(t[TRIAL_EXAMPLES]) for t in self.trials if t.get(TRIAL_EXAMPLES)}
+        return max(values) if values else None
 
 
 def _run_outputs(
@@ -86,11 +100,22 @@ def read_summary(metadata_path: str, run_started: str) -> RunSummary:
     connection.sqlite.connection_mode = metadata_store_pb2.SqliteMetadataSourceConfig.READONLY
     store = metadata_store.MetadataStore(connection)
     run_id, outputs, _ = _run_outputs(store, run_started)
-    best = None
+    best, resplit = None, None
     if "HyperParameters" in outputs:
         path = Path(outputs["HyperParameters"].uri) / "best_hyperparameters.txt"
         if path.exists():
-            best = Hyperparameters.from_values(json.loads(path.read_text()).get("values"))
+            values = json.loads(path.read_text()).get("values")
+            best = Hyperparameters.from_values(values)
+            if RESPLIT_FROM_TRIAL in values:
+                resplit = {
+                    "trial": values[RESPLIT_FROM_TRIAL],
+                    "split": values.get(RESPLIT_FROM_SPLIT),
+                }
+    budget = None
+    if "ModelRun" in outputs:
+        path = Path(outputs["ModelRun"].uri) / "budget.json"
+        if path.exists():
+            budget = json.loads(path.read_text())
     trials: list[dict[str, Any]] = []
     if "TunerResults" in outputs:
         path = Path(outputs["TunerResults"].uri) / "tuner_results.json"
@@ -106,7 +131,7 @@ def read_summary(metadata_path: str, run_started: str) -> RunSummary:
     pushed = outputs.get("PushedModel")
     if pushed is not None and pushed.custom_properties["pushed"].int_value:
         pushed_to = pushed.custom_properties["pushed_destination"].string_value
-    return RunSummary(run_id, best, accuracy, blessed, pushed_to, trials)
+    return RunSummary(run_id, best, accuracy, blessed, pushed_to, trials, budget, resplit)
 
 
 def mark_unfinished_as_canceled(metadata_path: str, run_started: str | None) -> list[str]:
@@ -134,7 +159,12 @@ def mark_unfinished_as_canceled(metadata_path: str, run_started: str | None) -> 
 
 
 def write_trials(trials: list[dict[str, Any]], output_dir: Path) -> tuple[Path, Path] | None:
-    """Writes ``trials.csv`` and ``trials.png`` (score against effective batch, by LR)."""
+    """Writes ``trials.csv`` and ``trials.png``.
+
+    The plot shows each trial's score (left) and training throughput (right) against its
+    effective batch, coloured by learning rate; a reused trial (an exact duplicate, not
+    retrained) is drawn hollow.
+    """
     if not trials:
         return None
     rows = []
@@ -149,7 +179,14 @@ def write_trials(trials: list[dict[str, Any]], output_dir: Path) -> tuple[Path, 
         HP_MICRO_BATCH_SIZE,
         "effective_batch",
         HP_LEARNING_RATE,
+        TRIAL_SPEED,
+        TRIAL_PEAK_MEMORY,
+        TRIAL_EXAMPLES,
+        TRIAL_REUSED_FROM,
     ]
+    for row in rows:
+        if row.get(TRIAL_REUSED_FROM) is not None:
+            row[TRIAL_REUSED_FROM] = str(int(row[TRIAL_REUSED_FROM])).zfill(len(row["trial_id"]))
     csv_path, png_path = output_dir / "trials.csv", output_dir / "trials.png"
 
     def write_csv(tmp):
@@ -162,26 +199,51 @@ def write_trials(trials: list[dict[str, Any]], output_dir: Path) -> tuple[Path, 
         import matplotlib
 
         matplotlib.use("Agg")
+        import matplotlib.cm
         import matplotlib.colors
         import matplotlib.pyplot as plt
 
-        fig, ax = plt.subplots(figsize=(6.5, 4.2))
+        fig, (ax, speed_ax) = plt.subplots(1, 2, figsize=(11, 4.2), layout="constrained")
         lrs = [r[HP_LEARNING_RATE] for r in rows]
-        points = ax.scatter(
-            [r["effective_batch"] for r in rows],
-            [r["score"] for r in rows],
-            c=lrs,
-            cmap="viridis",
-            s=60,
-            edgecolors="k",
-            norm=matplotlib.colors.LogNorm(min(lrs), max(lrs) * 1.0001),
-        )
-        fig.colorbar(points, ax=ax, label="learning rate")
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("effective batch (accumulation steps x micro-batch)")
-        ax.set_ylabel("val_accuracy")
-        ax.set_title("Keras Tuner trials")
-        fig.tight_layout()
+        norm = matplotlib.colors.LogNorm(min(lrs), max(lrs) * 1.0001)
+        for axis, field, label in (
+            (ax, "score", "val_accuracy"),
+            (speed_ax, TRIAL_SPEED, "training examples/s"),
+        ):
+            for reused in (False, True):
+                chosen = [
+                    r
+                    for r in rows
+                    if r.get(field) is not None and (r.get(TRIAL_REUSED_FROM) is not None) == reused
+                ]
+                if not chosen:
+                    continue
+                colours = matplotlib.cm.viridis(norm([r[HP_LEARNING_RATE] for r in chosen]))
+                axis.scatter(
+                    [r["effective_batch"] for r in chosen],
+                    [r[field] for r in chosen],
+                    facecolors="none" if reused else colours,
+                    edgecolors=colours if reused else "k",
+                    s=60,
+                    label="reused (exact duplicate)" if reused else "trained",
+                )
+            axis.set_xscale("log", base=2)
+            axis.set_xlabel("effective batch (accumulation steps x micro-batch)")
+            axis.set_ylabel(label)
+        for r in rows:
+            if r.get(TRIAL_SPEED) is not None:
+                speed_ax.annotate(
+                    f"{r[HP_ACCUMULATION_STEPS]}x{r[HP_MICRO_BATCH_SIZE]}",
+                    (r["effective_batch"], r[TRIAL_SPEED]),
+                    fontsize=7,
+                    xytext=(3, 3),
+                    textcoords="offset points",
+                )
+        mappable = matplotlib.cm.ScalarMappable(norm=norm, cmap="viridis")
+        fig.colorbar(mappable, ax=[ax, speed_ax], label="learning rate")
+        ax.legend(fontsize=8)
+        ax.set_title("Keras Tuner trials: score")
+        speed_ax.set_title("speed of each split")
         fig.savefig(tmp, dpi=100, format="png")
         plt.close(fig)
 
