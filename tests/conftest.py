@@ -2,6 +2,8 @@ import os
 import sys
 from pathlib import Path
 
+import pytest
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 # Test helpers (equivalence.py, ...) import each other by name. The project itself is
@@ -10,3 +12,19 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 TESTS = Path(__file__).resolve().parent
 if str(TESTS) not in sys.path:
     sys.path.insert(0, str(TESTS))
+# The benchmarks' helpers (bench.tuner_component) are shared with the tests.
+if str(TESTS.parent) not in sys.path:
+    sys.path.insert(1, str(TESTS.parent))
+
+
+# One pipeline run on the embedded digits, shared by every module that needs its outputs
+# (end-to-end checks, the Tuner component tests): the slow part runs once per session.
+@pytest.fixture(scope="session")
+def first_run(tmp_path_factory):
+    from pipeline_runs import SMALL, run_cli
+
+    out = tmp_path_factory.mktemp("e2e") / "out"
+    proc, seconds = run_cli("--output-dir", str(out), *SMALL)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    assert proc.stderr == "", proc.stderr[-3000:]  # nothing but our lines, all on stdout
+    return out, proc.stdout, seconds

@@ -287,3 +287,52 @@ def test_a_gpu_profile_on_a_machine_without_gpu_stops_with_the_cause(monkeypatch
     assert "/usr/local/nvidia/lib64" in message and "ACCELERATOR=cpu" in message
     monkeypatch.setenv("TFX_ACCUM_ACCELERATOR", "cpu:0")
     assert choose_strategy().num_replicas_in_sync == 1
+
+
+def _tuner_custom_config(path: Path) -> dict:
+    spec = next(yaml.safe_load_all(path.read_text()))
+    parameter = spec["root"]["dag"]["tasks"]["Tuner"]["inputs"]["parameters"]["custom_config"]
+    return json.loads(parameter["runtimeValue"]["constant"])
+
+
+@pytest.mark.parametrize(
+    "pool,extra,expected",
+    [
+        ("a100x4", [], 4),
+        ("h100x8", [], 8),
+        ("gpu", [], 1),
+        ("a100x4", ["--parallel-trials", "2"], 2),
+    ],
+)
+def test_multi_gpu_profiles_run_one_trial_per_gpu(tmp_path, pool, extra, expected):
+    output = tmp_path / f"{pool}.yaml"
+    rc = main(
+        [
+            "compile",
+            "--node-pool",
+            pool,
+            "--output",
+            str(output),
+            "--image",
+            IMAGE,
+            "--pipeline-root",
+            ARGS["pipeline_root"],
+            "--data-root",
+            ARGS["data_root"],
+            *extra,
+        ]
+    )
+    assert rc == 0
+    assert _tuner_custom_config(output)["parallel_trials"] == expected
+    assert get_profile(pool).tuner_parallel_trials == (4 if pool == "a100x4" else expected)
+
+
+def test_parallel_trials_on_a_tpu_profile_is_refused(tmp_path):
+    extra = tmp_path / "pools.yaml"
+    extra.write_text(
+        "tpu8:\n  accelerator: {kind: tpu, count: 8, gke_label: tpu-v5-lite-podslice, "
+        "topology: 2x4}\n  machine_type: ct5lp-hightpu-8t\n  cpu: 100\n  memory: 100G\n"
+        "  parallel_trials: 2\n"
+    )
+    with pytest.raises(InputError, match="parallel_trials` must be 1 on a TPU pool"):
+        get_profile("tpu8", extra)

@@ -2,59 +2,15 @@
 
 from __future__ import annotations
 
+import csv
 import json
-import os
 import re
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 import tensorflow as tf
-
-ROOT = Path(__file__).resolve().parents[1]
-# A small budget with a search space that trains well quickly: the test is about the
-# pipeline, not about finding good hyperparameters.
-SMALL = [
-    "--max-trials",
-    "2",
-    "--tuning-epochs",
-    "1",
-    "--train-steps",
-    "150",
-    "--accumulation-steps-choices",
-    "1,2",
-    "--micro-batch-choices",
-    "16,32",
-    "--lr-min",
-    "2e-3",
-    "--lr-max",
-    "1e-2",
-]
-
-
-def run_cli(*args: str, timeout: int = 900) -> tuple[subprocess.CompletedProcess, float]:
-    start = time.monotonic()
-    proc = subprocess.run(
-        [sys.executable, "-m", "tfx_accum.pipeline", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
-    )
-    return proc, time.monotonic() - start
-
-
-@pytest.fixture(scope="module")
-def first_run(tmp_path_factory):
-    out = tmp_path_factory.mktemp("e2e") / "out"
-    proc, seconds = run_cli("--output-dir", str(out), *SMALL)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
-    assert proc.stderr == "", proc.stderr[-3000:]  # nothing but our lines, all on stdout
-    return out, proc.stdout, seconds
+from pipeline_runs import ROOT, SMALL, run_cli  # noqa: F401 - first_run: conftest.py
 
 
 def digits_examples() -> tuple[list[bytes], np.ndarray]:
@@ -116,14 +72,27 @@ def test_pipeline_pushes_a_blessed_model_that_classifies_digits(first_run):
         "trial_id,score,accumulation_steps,micro_batch_size,effective_batch,learning_rate"
     )
     assert len(rows) == 3  # header + 2 completed trials
+    trials = list(csv.DictReader((out / "trials.csv").open()))
+    for trial in trials:  # speed, memory and budget beside each score
+        assert float(trial["examples_per_second"]) > 0
+        assert float(trial["peak_memory_mb"]) > 0
+        assert float(trial["examples"]) >= 1000  # one tuning epoch of the training split
+    # The Trainer's budget, in the trials' unit, covers at least a trial's examples.
+    budget = json.loads(
+        next((out / "pipeline" / "Trainer" / "model_run").glob("*/budget.json")).read_text()
+    )
+    assert budget["examples"] == budget["updates"] * budget["global_batch"]
+    assert budget["examples"] >= max(float(t["examples"]) for t in trials)
+    assert budget["global_batch"] == values["accumulation_steps"] * values["micro_batch_size"]
     # TensorBoard logs of the Trainer run.
     assert list((out / "pipeline" / "Trainer" / "model_run").rglob("events.out.tfevents*"))
 
 
 # The project's own console lines: tagged progress lines, the summary, blank lines.
 OWN_LINE = re.compile(
-    r"^(\[(tfx-accum|data|pipeline|tuner|trainer)\] |=== tfx-accum summary ===$|"
-    r"(best trial|tuning|evaluation accuracy|blessed|pushed to|trials|wall time): |$)"
+    r"^(\[(tfx-accum|data|pipeline|tuner( w\d+)?|trainer)\] |=== tfx-accum summary ===$|"
+    r"(best trial|tuning|budget|evaluation accuracy|blessed|pushed to|trials|wall time): |"
+    r"  \(trial \d+ ran it as |$)"
 )
 
 

@@ -1,0 +1,42 @@
+"""Running the command line in a subprocess, as a user would, for the end-to-end tests."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+# A small budget with a search space that trains well quickly: the test is about the
+# pipeline, not about finding good hyperparameters.
+SMALL = [
+    "--max-trials",
+    "2",
+    "--tuning-epochs",
+    "1",
+    "--train-steps",
+    "150",
+    "--accumulation-steps-choices",
+    "1,2",
+    "--micro-batch-choices",
+    "16,32",
+    "--lr-min",
+    "2e-3",
+    "--lr-max",
+    "1e-2",
+]
+
+
+def run_cli(*args: str, timeout: int = 900) -> tuple[subprocess.CompletedProcess, float]:
+    start = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-m", "tfx_accum.pipeline", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+    )
+    return proc, time.monotonic() - start
