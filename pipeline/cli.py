@@ -281,6 +281,15 @@ def build_parser() -> argparse.ArgumentParser:
     _add_beam_option(compile_, "DirectRunner with one worker per CPU of the data components' pods")
     _add_model_options(compile_)
     _add_search_options(compile_)
+
+    from tfx_accum.pipeline.kubeflow_local import add_arguments
+
+    add_arguments(
+        commands.add_parser(
+            "run-compiled",
+            help="run a compiled Kubeflow spec here with KFP's local orchestrator (kfp.local)",
+        )
+    )
     return parser
 
 
@@ -534,6 +543,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        if args.command == "run-compiled":
+            from tfx_accum.pipeline.kubeflow_local import run_compiled
+
+            return run_compiled(args)
         _check_common(args)
         return _run(args) if args.command == "run" else _compile(args)
     except InputError as error:  # bad input: a clear message, no traceback

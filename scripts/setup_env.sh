@@ -19,7 +19,8 @@ find_python310() {
 
 VENV=.venv
 STAMP="$VENV/.tfx-accum-installed"
-WANT=$(cat pyproject.toml constraints.txt kubeflow/validate-requirements.txt | sha256sum | cut -d' ' -f1)
+WANT=$(cat pyproject.toml constraints.txt kubeflow/validate-requirements.txt \
+         kubeflow/local-run-requirements.txt | sha256sum | cut -d' ' -f1)
 if [ -x "$VENV/bin/python" ] && [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT" ]; then
   exit 0
 fi
@@ -57,5 +58,19 @@ pip_install -c constraints.txt -e ".[test]"
 # in a directory of their own: they need protobuf 6, TFX 1.16 needs protobuf 3.20.
 rm -rf "$VENV/kfp-spec"
 pip_install --no-deps --target "$VENV/kfp-spec" -r kubeflow/validate-requirements.txt
+# KFP's local orchestrator for `tfx-accum run-compiled` (kubeflow/run_compiled.py): KFP 2.17
+# with protobuf 6, so in a virtual environment of its own.
+KFP_ENV="$VENV/kfp-local"
+rm -rf "$KFP_ENV"
+if [ "$INSTALLER" = uv ]; then
+  "$VENV/bin/uv" venv --quiet --python "$PY" "$KFP_ENV" >> "$LOG" 2>&1
+  "$VENV/bin/uv" pip install --quiet --python "$KFP_ENV/bin/python" \
+      -r kubeflow/local-run-requirements.txt >> "$LOG" 2>&1 \
+    || { tail -n 30 "$LOG" >&2; echo "error: installing $KFP_ENV failed; see $LOG" >&2; exit 1; }
+else
+  "$PY" -m venv "$KFP_ENV"
+  "$KFP_ENV/bin/python" -m pip install -q -r kubeflow/local-run-requirements.txt >> "$LOG" 2>&1 \
+    || { tail -n 30 "$LOG" >&2; echo "error: installing $KFP_ENV failed; see $LOG" >&2; exit 1; }
+fi
 echo "$WANT" > "$STAMP"
 echo "[setup] done in $((SECONDS - start)) s with $INSTALLER (its output: $LOG)."

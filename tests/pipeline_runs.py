@@ -8,6 +8,9 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
+import tensorflow as tf
+
 ROOT = Path(__file__).resolve().parents[1]
 # A small budget with a search space that trains well quickly: the test is about the
 # pipeline, not about finding good hyperparameters.
@@ -40,3 +43,19 @@ def run_cli(*args: str, timeout: int = 900) -> tuple[subprocess.CompletedProcess
         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
     )
     return proc, time.monotonic() - start
+
+
+def digits_examples() -> tuple[list[bytes], np.ndarray]:
+    from sklearn.datasets import load_digits
+
+    digits = load_digits()
+    serialized = []
+    for row in digits.data.astype(int):
+        feature = {
+            f"pixel_{i:02d}": tf.train.Feature(int64_list=tf.train.Int64List(value=[v]))
+            for i, v in enumerate(row)
+        }
+        serialized.append(
+            tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
+        )
+    return serialized, digits.target

@@ -10,23 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tensorflow as tf
-from pipeline_runs import ROOT, SMALL, run_cli  # noqa: F401 - first_run: conftest.py
-
-
-def digits_examples() -> tuple[list[bytes], np.ndarray]:
-    from sklearn.datasets import load_digits
-
-    digits = load_digits()
-    serialized = []
-    for row in digits.data.astype(int):
-        feature = {
-            f"pixel_{i:02d}": tf.train.Feature(int64_list=tf.train.Int64List(value=[v]))
-            for i, v in enumerate(row)
-        }
-        serialized.append(
-            tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
-        )
-    return serialized, digits.target
+from pipeline_runs import ROOT, SMALL, digits_examples, run_cli  # noqa: F401 - first_run: conftest.py
 
 
 def test_pipeline_pushes_a_blessed_model_that_classifies_digits(first_run):
