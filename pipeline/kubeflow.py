@@ -302,6 +302,25 @@ def _add_retry_policy(pipeline_spec: dict[str, Any]) -> None:
             tasks[name]["retryPolicy"] = dict(RETRY_POLICY)
 
 
+# Never served from the cache on Kubeflow: it is what reads the data root.
+UNCACHED_COMPONENTS = ("CsvExampleGen",)
+
+
+def _never_cache_data_reads(pipeline_spec: dict[str, Any]) -> None:
+    """ExampleGen reads the data root on every run.
+
+    Locally, TFX's ``preCacheCheck`` fingerprints the input files first; on KFP nothing runs
+    it, so the cache key of ExampleGen is its constant parameters, and new CSV files under
+    the same data root would be served the old examples (and the old model, as a
+    "success"). Its new examples then change every downstream task's inputs, so those rerun
+    too: a KFP run always trains on the data root's current content.
+    """
+    tasks = pipeline_spec.get("root", {}).get("dag", {}).get("tasks", {})
+    for name in UNCACHED_COMPONENTS:
+        if name in tasks:
+            tasks[name]["cachingOptions"] = {"enableCache": False}
+
+
 def _expect_accelerator(pipeline_spec: dict[str, Any], pool: NodePool, labels: list[str]):
     """Tells the Tuner and Trainer containers what the profile promised, so that a pod
     that sees fewer devices (no driver on the library path, a CPU image) stops with an
@@ -418,6 +437,7 @@ def compile_pipeline(
     pipeline_spec = job["pipelineSpec"]
     _complete_resources(pipeline_spec)
     _add_retry_policy(pipeline_spec)
+    _never_cache_data_reads(pipeline_spec)
     _expect_accelerator(pipeline_spec, pool, accelerated)
     # Carried in the spec itself: `kfp run create` has no option for it, and the backend's
     # fallback (minio://mlpipeline/...) is not writable by TensorFlow.

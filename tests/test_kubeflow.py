@@ -336,3 +336,17 @@ def test_parallel_trials_on_a_tpu_profile_is_refused(tmp_path):
     )
     with pytest.raises(InputError, match="parallel_trials` must be 1 on a TPU pool"):
         get_profile("tpu8", extra)
+
+
+def test_example_gen_is_never_served_from_the_cache_on_kubeflow(compiled):
+    """On KFP nothing fingerprints the data root: a cached ExampleGen would serve old data."""
+    tasks = next(yaml.safe_load_all(compiled["gpu"].read_text()))["root"]["dag"]["tasks"]
+    assert tasks["CsvExampleGen"]["cachingOptions"] == {"enableCache": False}
+    assert tasks["Trainer"]["cachingOptions"] == {"enableCache": True}
+
+
+def test_run_compiled_refuses_a_spec_for_accelerators(compiled, capfd):
+    assert main(["run-compiled", str(compiled["gpu"])]) == 2
+    message = capfd.readouterr().err
+    assert "compiled for accelerators (gpu:1)" in message and "--node-pool cpu" in message
+    assert main(["run-compiled", str(compiled["gpu"].with_name("missing.yaml"))]) == 2
