@@ -34,17 +34,17 @@ class NoSessionResetMixin:
 
 
 class DeclaredSpaceMixin:
-    """**2.** The space is declared by ``hypermodel.declare(hp)``, without a model build.
+    """**2.** The space is declared by ``hypermodel.declare_space(hp)``.
 
     ``BaseTuner._populate_initial_space`` builds the model (maybe more than once) to find
     conditional hyperparameters. There are none here, and a build would put a model on the
     device of a parallel search's chief, which trains nothing and must leave the GPUs to
-    its workers.
+    its workers; ``declare_space`` builds only what must be built.
     """
 
     def _populate_initial_space(self):
         hp = self.oracle.get_space()
-        self.hypermodel.declare(hp)
+        self.hypermodel.declare_space(hp)
         self.oracle.update_space(hp)
 
 

@@ -7,6 +7,7 @@ probabilities.
 - ``cnn`` (default): a small convolutional network on the features as a square image
   (the 8x8 digits); no BatchNormalization, so accumulation is exact.
 - ``mlp``: two dense layers, for tabular CSVs of any width.
+- ``package.module:function``: your own model (components/custom_model.py).
 - ``densenet121``: the StackOverflow question's setup: DenseNet121 (``weights=None``) on
   the image resized to 32x32x3. It has BatchNormalization, so accumulation is not exact
   (a warning says so).
@@ -20,7 +21,8 @@ import keras
 import numpy as np
 
 from tfx_accum.components.accumulation import GradientAccumulationModel
-from tfx_accum.components.settings import MODEL_NAMES, image_side
+from tfx_accum.components.custom_model import as_accumulation_model, call_model_function
+from tfx_accum.components.settings import MODEL_NAMES, image_side, is_model_function
 
 
 def build_model(
@@ -31,13 +33,21 @@ def build_model(
     learning_rate: float,
     mean: np.ndarray | None = None,
     variance: np.ndarray | None = None,
+    hp=None,
 ) -> GradientAccumulationModel:
-    """Builds and compiles one of ``MODEL_NAMES`` as a GradientAccumulationModel.
+    """Builds and compiles one of ``MODEL_NAMES``, or the user's model function's model,
+    as a GradientAccumulationModel.
 
     ``mean``/``variance`` (one value per feature, in ``feature_keys`` order) come from the
-    training split; without them the features pass through unscaled.
+    training split; without them the features pass through unscaled. ``hp``: the trial's
+    ``keras_tuner.HyperParameters``, for a model function that declares its own.
     """
     # model_name and num_classes come validated (settings.ModelSettings).
+    if is_model_function(model_name):
+        model = call_model_function(
+            model_name, feature_keys, num_classes, hp, mean=mean, variance=variance
+        )
+        return as_accumulation_model(model, accumulation_steps, learning_rate)
     assert model_name in MODEL_NAMES, model_name
     inputs = {key: keras.Input((1,), name=key, dtype="float32") for key in feature_keys}
     x = keras.layers.Concatenate(name="features")([inputs[k] for k in feature_keys])

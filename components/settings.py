@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from typing import Any
 
 __all__ = [
@@ -45,6 +46,8 @@ HP_MICRO_BATCH_SIZE = "micro_batch_size"
 HP_LEARNING_RATE = "learning_rate"
 
 MODEL_NAMES = ("cnn", "mlp", "densenet121")
+# Or your own model: "package.module:function" (see components/custom_model.py).
+MODEL_FUNCTION = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*$")
 IMAGE_MODELS = ("cnn", "densenet121")  # read the features as a square pixel grid
 DEFAULT_MODEL = "mlp"  # tabular; the embedded digits (an 8x8 image) get "cnn"
 LABEL_KEY = "label"
@@ -55,7 +58,7 @@ EVAL_BATCH = 256  # batch size of validation passes (no gradients: not tuned)
 
 # What a trial records beside its score (Keras Tuner metrics, and columns of trials.csv).
 TRIAL_EXAMPLES = "examples"  # training examples the trial's score is for
-TRIAL_SPEED = "examples_per_second"  # training throughput, after the first (tracing) epoch
+TRIAL_SPEED = "examples_per_second"  # steady training throughput (tuner.EpochTimes)
 TRIAL_PEAK_MEMORY = "peak_memory_mb"  # GPU allocator peak, or the process's peak RSS on CPU
 TRIAL_REUSED_FROM = "reused_from"  # the trial whose score an exact duplicate reuses
 # Added to the best hyperparameters when the Tuner picks a faster split of the best
@@ -89,6 +92,11 @@ def validate_positive_float(name: str, value: Any) -> float:
     if value <= 0:
         raise ValueError(f"`{name}` must be a positive number. Received: {name}={value!r}.")
     return float(value)
+
+
+def is_model_function(model: Any) -> bool:
+    """True for a ``package.module:function`` reference to the user's own model function."""
+    return isinstance(model, str) and bool(MODEL_FUNCTION.match(model))
 
 
 def image_side(num_features: int, model_name: str) -> int:
@@ -156,9 +164,10 @@ class ModelSettings:
     label_key: str = LABEL_KEY
 
     def __post_init__(self) -> None:
-        if self.model not in MODEL_NAMES:
+        if self.model not in MODEL_NAMES and not is_model_function(self.model):
             raise ValueError(
-                f"`model` must be one of {', '.join(MODEL_NAMES)}. Received: model={self.model!r}."
+                f"`model` must be one of {', '.join(MODEL_NAMES)} or a model function as "
+                f"package.module:function. Received: model={self.model!r}."
             )
         validate_positive_int("num_classes", self.num_classes)
         if self.num_classes < 2:

@@ -70,6 +70,19 @@ def resolve_hyperparameters(fn_args) -> Hyperparameters:
     return hp
 
 
+def keras_tuner_values(fn_args):
+    """The Tuner's best values as ``keras_tuner.HyperParameters``, for a model function
+    that declared hyperparameters of its own (empty with tuning off: its defaults)."""
+    import keras_tuner
+
+    hp = keras_tuner.HyperParameters()
+    config = fn_args.hyperparameters or {}
+    if "space" in config:
+        hp = keras_tuner.HyperParameters.from_config(config)
+    hp.values.update(config.get("values", {}))
+    return hp
+
+
 class ProgressLine(keras.callbacks.Callback):
     """A progress line every ``every`` optimizer updates, with examples per second."""
 
@@ -127,6 +140,7 @@ def run_fn(fn_args: tfx.components.FnArgs) -> None:
             hp.learning_rate,
             splits.mean,
             splits.variance,
+            hp=keras_tuner_values(fn_args),
         )
     # TPUs need static shapes: whole batches only (the GA model then slices statically).
     tpu = isinstance(strategy, tf.distribute.TPUStrategy)

@@ -51,6 +51,7 @@ from tfx_accum.components.settings import (
     TRIAL_REUSED_FROM,
     TRIAL_SPEED,
     ModelSettings,
+    is_model_function,
 )
 from tfx_accum.components.strategy import (
     check_node_pool,
@@ -60,6 +61,7 @@ from tfx_accum.components.strategy import (
 )
 
 OBJECTIVE = "val_accuracy"
+_OURS = (HP_ACCUMULATION_STEPS, HP_MICRO_BATCH_SIZE, HP_LEARNING_RATE)
 
 
 class AccumulationHyperModel(keras_tuner.HyperModel):
@@ -96,6 +98,17 @@ class AccumulationHyperModel(keras_tuner.HyperModel):
         )
         return steps, micro, lr
 
+    def declare_space(self, hp: keras_tuner.HyperParameters) -> None:
+        """Declares the search space: ours, and a model function's own hyperparameters.
+
+        A model function declares its own while it builds, so it is built once here (the
+        model is cached for the first trial); a parallel search's chief has no data and
+        leaves that to the workers (Keras Tuner takes new entries from trials).
+        """
+        self.declare(hp)
+        if is_model_function(self.model_name) and self.splits is not None:
+            self.build(hp)
+
     def build(self, hp: keras_tuner.HyperParameters):
         """The trial's model: compiled once per accumulation step count, then reused.
 
@@ -107,7 +120,15 @@ class AccumulationHyperModel(keras_tuner.HyperModel):
         """
         steps, micro, lr = self.declare(hp)
         k = replica_plan(steps, micro, self.replicas).steps_per_replica
-        if k not in self._models:
+        # A model function may declare hyperparameters of its own: they shape the model.
+        own = tuple(
+            sorted(
+                (n, v)
+                for n, v in hp.values.items()
+                if n not in _OURS and not n.startswith("tuner/")
+            )
+        )
+        if (k, own) not in self._models:
             keras.utils.set_random_seed(self.space.seed)
             model = build_model(
                 self.model_name,
@@ -117,11 +138,12 @@ class AccumulationHyperModel(keras_tuner.HyperModel):
                 lr,
                 self.splits.mean,
                 self.splits.variance,
+                hp=hp,
             )
             model.optimizer.build(model.trainable_variables)
             state = [v.numpy() for v in (*model.variables, *model.optimizer.variables)]
-            self._models[k] = (model, state)
-        model, state = self._models[k]
+            self._models[(k, own)] = (model, state)
+        model, state = self._models[(k, own)]
         for variable, value in zip((*model.variables, *model.optimizer.variables), state):
             variable.assign(value)
         model.optimizer.learning_rate = lr
@@ -174,11 +196,11 @@ class AccumulationHyperModel(keras_tuner.HyperModel):
                 history.history[name] = [value] * done
         return history
 
-    def measure_speed(self, hp: keras_tuner.HyperParameters, model, updates: int = 8) -> dict:
+    def measure_speed(self, hp: keras_tuner.HyperParameters, model, updates: int = 10) -> dict:
         """Throughput and peak memory of ``hp``'s split over a few updates, without scoring.
 
         For an exact duplicate (see :func:`duplicate_key`): its score is known, its speed
-        and memory at this split are not. Two short epochs; the second one is timed.
+        and memory at this split are not. Timed as a trial's steps are (:class:`EpochTimes`).
         """
         plan = replica_plan(
             hp.get(HP_ACCUMULATION_STEPS), hp.get(HP_MICRO_BATCH_SIZE), self.replicas
@@ -188,7 +210,7 @@ class AccumulationHyperModel(keras_tuner.HyperModel):
         memory = PeakMemory()
         memory.reset()
         try:
-            model.fit(train, steps_per_epoch=updates, epochs=2, verbose=0, callbacks=[timing])
+            model.fit(train, steps_per_epoch=updates, epochs=1, verbose=0, callbacks=[timing])
         except tf.errors.ResourceExhaustedError as error:
             raise keras_tuner.errors.FailedTrialError(
                 f"out of memory with micro-batch {hp.get(HP_MICRO_BATCH_SIZE)}: "
@@ -233,10 +255,11 @@ class AccumulationHyperModel(keras_tuner.HyperModel):
 
 
 class EpochTimes(keras.callbacks.Callback):
-    """Where a trial's time goes, and its training throughput.
+    """Where a trial's time goes, and its steady training throughput.
 
-    Throughput counts training steps only (validation excluded), over the epochs after
-    the first: the first one includes tracing, unless it is the only one.
+    Throughput is measured between consecutive training steps of an epoch: the first step
+    of each epoch (tracing, the input pipeline's start) and validation are left out, so
+    that a one-epoch trial and a short speed measurement compare fairly.
     """
 
     def __init__(self, batch: int = 0):
@@ -246,36 +269,27 @@ class EpochTimes(keras.callbacks.Callback):
     def on_train_begin(self, logs=None):
         self.start = time.monotonic()
         self.epochs: list[float] = []
-        self.train_seconds: list[float] = []
-        self.train_steps: list[int] = []
         self.examples = 0
+        self.steady_steps, self.steady_seconds = 0, 0.0
 
     def on_epoch_begin(self, epoch, logs=None):
-        self._epoch_start = time.monotonic()
-        self._train_end = None
-        self.train_steps.append(0)
+        self._last_step = None
 
     def on_train_batch_end(self, batch, logs=None):
-        self.train_steps[-1] += 1
+        now = time.monotonic()
         self.examples += self.batch
-
-    def on_test_begin(self, logs=None):
-        if getattr(self, "_train_end", 0) is None:
-            self._train_end = time.monotonic()
+        if self._last_step is not None:
+            self.steady_steps += 1
+            self.steady_seconds += now - self._last_step
+        self._last_step = now
 
     def on_epoch_end(self, epoch, logs=None):
-        now = time.monotonic()
-        self.train_seconds.append((self._train_end or now) - self._epoch_start)
-        self.epochs.append(now - self.start - sum(self.epochs))
+        self.epochs.append(time.monotonic() - self.start - sum(self.epochs))
 
     def examples_per_second(self) -> float | None:
-        pairs = list(zip(self.train_steps, self.train_seconds))
-        if len(pairs) > 1:
-            pairs = pairs[1:]
-        steps, seconds = sum(p[0] for p in pairs), sum(p[1] for p in pairs)
-        if not steps or seconds <= 0:
+        if not self.steady_steps or self.steady_seconds <= 0:
             return None
-        return steps * self.batch / seconds
+        return self.steady_steps * self.batch / self.steady_seconds
 
     def describe(self) -> str:
         if not self.epochs:
@@ -451,7 +465,8 @@ class _ReportingMixin:
         if choice is not None:
             best, fastest = choice
             hp = best.hyperparameters.copy()
-            if fastest is not best:
+            split = (HP_ACCUMULATION_STEPS, HP_MICRO_BATCH_SIZE)
+            if [fastest.hyperparameters.get(n) for n in split] != [hp.get(n) for n in split]:
                 speedup = (_metric(fastest, TRIAL_SPEED) or 0) / max(
                     _metric(best, TRIAL_SPEED) or 0, 1e-9
                 )

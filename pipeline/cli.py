@@ -138,10 +138,10 @@ def _add_beam_option(parser: argparse.ArgumentParser, default_help: str) -> None
 def _add_model_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--model",
-        choices=settings.MODEL_NAMES,
         default=None,
-        help=f"architecture (default {settings.DEFAULT_MODEL} for tabular data, cnn for the "
-        "embedded digits; cnn and densenet121 read a square pixel grid as an image; "
+        help=f"{', '.join(settings.MODEL_NAMES)}, or your own model function as "
+        f"package.module:function (default {settings.DEFAULT_MODEL} for tabular data, cnn for "
+        "the embedded digits; cnn and densenet121 read a square pixel grid as an image; "
         "densenet121 is the StackOverflow setup)",
     )
     parser.add_argument(
@@ -373,11 +373,39 @@ def _trial_files(summary, output_dir: Path) -> str:
     return "trials: none in this run"
 
 
-def _model_for(args: argparse.Namespace, num_features: int) -> str:
-    """--model, or the default that fits the data; an image model needs a square grid."""
+def _check_model_name(model: str | None) -> None:
+    if model is not None and model not in settings.MODEL_NAMES:
+        if not settings.is_model_function(model):
+            raise InputError(
+                f"--model {model!r}: use one of {', '.join(settings.MODEL_NAMES)}, or your own "
+                "model function as package.module:function."
+            )
+
+
+def _model_for(args: argparse.Namespace, features: Sequence[str], num_classes: int) -> str:
+    """--model, or the default that fits the data; an image model needs a square grid, and
+    a model function's model must take the data's columns (built once here to check)."""
     model = args.model
+    _check_model_name(model)
     if model is None:
         model = "cnn" if args.data_root is None else settings.DEFAULT_MODEL
+    if settings.is_model_function(model):
+        # TensorFlow's start-up lines are not the run's: the console stays clean.
+        with console.capture(os.devnull, verbose=args.verbose):
+            import keras_tuner
+
+            from tfx_accum.components.custom_model import ModelFunctionError, call_model_function
+
+            try:
+                call_model_function(model, features, num_classes, keras_tuner.HyperParameters())
+            except ModelFunctionError as error:
+                problem = str(error)
+            else:
+                problem = None
+        if problem:
+            raise InputError(problem)
+        return model
+    num_features = len(features)
     if model in settings.IMAGE_MODELS:
         try:
             settings.image_side(num_features, model)
@@ -390,7 +418,7 @@ def _run(args: argparse.Namespace) -> int:
     import datetime
 
     from tfx_accum.pipeline import output_dir as output_dirs
-    from tfx_accum.pipeline.data import DIGITS_FEATURES, validate_csv_dir
+    from tfx_accum.pipeline.data import DIGITS_CLASSES, DIGITS_COLUMNS, validate_csv_dir
     from tfx_accum.pipeline.local_runner import LocalPaths, prepare_data
 
     start = time.monotonic()
@@ -402,7 +430,12 @@ def _run(args: argparse.Namespace) -> int:
     # embedded digits are written, if need be, once the directory is ours.
     checked = validate_csv_dir(args.data_root, args.label_key) if args.data_root else None
     # The model must suit the data.
-    model_name = _model_for(args, len(checked.columns) - 1 if checked else DIGITS_FEATURES)
+    if checked:
+        features = [c for c in checked.columns if c != args.label_key]
+        num_classes = checked.num_classes
+    else:
+        features, num_classes = DIGITS_COLUMNS, DIGITS_CLASSES
+    model_name = _model_for(args, features, num_classes)
     with output_dirs.claim(output_dir):
         data_root, checked = prepare_data(
             args.data_root, LocalPaths(output_dir), args.label_key, checked
@@ -493,6 +526,7 @@ def _run_pipeline(args, settings_, output_dir: Path, run: _LocalRun) -> int:
 def _compile(args: argparse.Namespace) -> int:
     from tfx_accum.pipeline.kubeflow import compile_from_args
 
+    _check_model_name(args.model)
     try:
         model_settings = settings.ModelSettings(
             args.model or settings.DEFAULT_MODEL, args.num_classes, args.label_key

@@ -17,6 +17,8 @@ from tfx_accum.pipeline.files import atomic_write_text
 
 DIGITS_FILE = "digits.csv"
 DIGITS_FEATURES = 64  # 8x8 pixels
+DIGITS_COLUMNS = tuple(f"pixel_{i:02d}" for i in range(DIGITS_FEATURES))
+DIGITS_CLASSES = 10
 
 
 class DataError(InputError):
@@ -27,7 +29,7 @@ def digits_csv_text() -> str:
     from sklearn.datasets import load_digits
 
     digits = load_digits()
-    header = [f"pixel_{i:02d}" for i in range(digits.data.shape[1])] + ["label"]
+    header = [*DIGITS_COLUMNS, "label"]
     lines = [",".join(header)]
     for row, label in zip(digits.data.astype(int), digits.target):
         lines.append(",".join(str(v) for v in row) + f",{int(label)}")

@@ -32,7 +32,10 @@ SMALL = [
 ]
 
 
-def run_cli(*args: str, timeout: int = 900) -> tuple[subprocess.CompletedProcess, float]:
+def run_cli(
+    *args: str, timeout: int = 900, env: dict | None = None
+) -> tuple[subprocess.CompletedProcess, float]:
+    """``tfx-accum run ARGS`` in a subprocess; ``env`` is added to this one's environment."""
     start = time.monotonic()
     proc = subprocess.run(
         [sys.executable, "-m", "tfx_accum.pipeline", *args],
@@ -40,7 +43,7 @@ def run_cli(*args: str, timeout: int = 900) -> tuple[subprocess.CompletedProcess
         capture_output=True,
         text=True,
         timeout=timeout,
-        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **(env or {})},
     )
     return proc, time.monotonic() - start
 

@@ -1,0 +1,34 @@
+"""Model functions for ``--model custom_models:NAME`` in the tests (tests/ on PYTHONPATH)."""
+
+from __future__ import annotations
+
+import keras
+
+
+def small_mlp(features, num_classes, hp, feature_stats):
+    """An uncompiled functional MLP with a hyperparameter of its own, normalised inputs."""
+    names = sorted(features)
+    inputs = {name: keras.Input((1,), name=name) for name in names}
+    x = keras.layers.Concatenate()([inputs[name] for name in names])
+    x = keras.layers.Normalization(
+        mean=[feature_stats["mean"][n] for n in names],
+        variance=[max(feature_stats["variance"][n], 1e-6) for n in names],
+    )(x)
+    x = keras.layers.Dense(hp.Choice("units", [32, 64]), activation="relu")(x)
+    outputs = keras.layers.Dense(num_classes, activation="softmax")(x)
+    return keras.Model(inputs, outputs)
+
+
+def not_a_model(features, num_classes, hp):
+    return "a string"
+
+
+def wrong_inputs(features, num_classes, hp):
+    inputs = keras.Input((64,), name="pixels")
+    return keras.Model(inputs, keras.layers.Dense(num_classes, activation="softmax")(inputs))
+
+
+def wrong_classes(features, num_classes, hp):
+    inputs = {name: keras.Input((1,), name=name) for name in features}
+    x = keras.layers.Concatenate()(list(inputs.values()))
+    return keras.Model(inputs, keras.layers.Dense(3, activation="softmax")(x))
