@@ -27,7 +27,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-COMPONENT = re.compile(r"^\[pipeline\] (\w+) (done|served from cache) \(([\d.]+) s\)")
+COMPONENT = re.compile(
+    r"^\[pipeline\] (\w+) (done|served from cache) \(([\d.]+) s(?:, peak memory ([\d.]+) GiB)?\)"
+)
 TRIAL = re.compile(r"^\[tuner\] trial \d+: .* -> val_accuracy=([\d.]+)")
 ACCURACY = re.compile(r"^evaluation accuracy: ([\d.]+)")
 

@@ -1,8 +1,12 @@
-"""Reading the ExampleGen splits for the Tuner and Trainer modules.
+"""Reading the ExampleGen splits for the Tuner and Trainer modules, streamed.
 
 TFX builds datasets at one fixed batch size. Tuning batch sizes needs per-trial batching
-(tfx #3591), so the splits are read once, unbatched and cached, and each trial or
-training run batches them at its own effective batch size.
+(tfx #3591), so the splits are read unbatched and each trial or training run batches them
+at its own effective batch size. Nothing is cached in memory: every epoch streams the
+examples from ExampleGen's files again (the shuffle buffer is the only thing held), so a
+data set larger than memory trains, and the Tuner's and Trainer's reads cost no memory that
+outlives them. The normalisation statistics come from a bounded pass (the first
+``STATS_ROWS`` training examples); the training split's size from counting its records.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from tensorflow_metadata.proto.v0 import schema_pb2
 from tfx_bsl.public import tfxio
 
 _READ_BATCH = 256
+STATS_ROWS = 100_000  # training examples the normalisation statistics are computed from
 
 
 def _natural_key(name: str):
@@ -54,7 +59,7 @@ def feature_spec(schema: schema_pb2.Schema, keys: list[str]) -> dict[str, tf.io.
 
 @dataclasses.dataclass
 class Splits:
-    """Unbatched, cached ``(features, label)`` datasets and feature statistics."""
+    """Unbatched, streamed ``(features, label)`` datasets and feature statistics."""
 
     train: tf.data.Dataset
     eval: tf.data.Dataset
@@ -82,27 +87,48 @@ def _read(fn_args, files, schema, keys, label_key) -> tf.data.Dataset:
         ),
         schema,
     )
-    return dataset.map(_as_float(keys, label_key)).unbatch().cache()
+    return dataset.map(_as_float(keys, label_key)).unbatch()
 
 
 def load_splits(fn_args, label_key: str) -> Splits:
-    """Reads the train and eval splits of a Trainer/Tuner ``fn_args`` once."""
+    """The train and eval splits of a Trainer/Tuner ``fn_args``, streamed, with statistics."""
     schema = load_schema(fn_args.schema_path)
     keys = feature_keys(schema, label_key)
     train = _read(fn_args, fn_args.train_files, schema, keys, label_key)
     evaluation = _read(fn_args, fn_args.eval_files, schema, keys, label_key)
-    # One pass for the size and the normalisation statistics (this also fills the cache).
+    count = count_records(fn_args.train_files)
+    if count == 0:
+        raise ValueError("The training split is empty: the data has no rows to train on.")
+    mean, variance = feature_statistics(train, keys, STATS_ROWS)
+    return Splits(train, evaluation, keys, count, mean, variance)
+
+
+def count_records(file_patterns: list[str]) -> int:
+    """The number of records in ExampleGen's (gzipped TFRecord) files, without parsing them."""
+    files = [f for pattern in file_patterns for f in tf.io.gfile.glob(pattern)]
+    if not files:
+        return 0
+    records = tf.data.TFRecordDataset(files, compression_type=_compression(files[0]))
+    return int(records.reduce(np.int64(0), lambda count, _: count + 1))
+
+
+def _compression(path: str) -> str:
+    return "GZIP" if path.endswith(".gz") else ""
+
+
+def feature_statistics(
+    dataset: tf.data.Dataset, keys: list[str], rows: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Mean and variance of each feature over the first ``rows`` examples (a bounded read)."""
     count, total, total_sq = 0, np.zeros(len(keys)), np.zeros(len(keys))
-    for features, _ in train.batch(1024):
+    for features, _ in dataset.take(rows).batch(4096):
         block = np.concatenate([features[k].numpy() for k in keys], axis=1).astype("float64")
         count += block.shape[0]
         total += block.sum(axis=0)
         total_sq += (block**2).sum(axis=0)
-    if count == 0:
-        raise ValueError("The training split is empty: the data has no rows to train on.")
-    mean = total / count
-    variance = np.maximum(total_sq / count - mean**2, 1e-6)
-    return Splits(train, evaluation, keys, count, mean, variance)
+    mean = total / max(count, 1)
+    variance = np.maximum(total_sq / max(count, 1) - mean**2, 1e-6)
+    return mean, variance
 
 
 def batched(

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from tfx_accum import console
+from tfx_accum.components.peak_memory import host_peak_mb, reset_host_peak
 from tfx_accum.components.settings import DEFAULT_MODEL, LABEL_KEY, ModelSettings
 from tfx_accum.pipeline import config
 from tfx_accum.pipeline.beam import available_cpus, local_beam_args
@@ -75,6 +76,7 @@ class _ProgressHandler(logging.Handler):
             self._current = match.group(1)
             _current[:] = [self._current]
             self._started[self._current] = time.monotonic()
+            reset_host_peak()
             console.say(f"[pipeline] {self._current} running ...")
         elif message.startswith("A cached execution") and self._current:
             self._cached.add(self._current)
@@ -83,7 +85,11 @@ class _ProgressHandler(logging.Handler):
             _current.clear()
             elapsed = time.monotonic() - self._started.get(name, time.monotonic())
             how = "served from cache" if name in self._cached else "done"
-            console.say(f"[pipeline] {name} {how} ({elapsed:.1f} s)")
+            peak = host_peak_mb() if name not in self._cached else None
+            # The process's peak while the component ran (Beam's worker processes, if any,
+            # are not in it): what a data set's size costs each component.
+            memory = f", peak memory {peak / 1024:.1f} GiB" if peak else ""
+            console.say(f"[pipeline] {name} {how} ({elapsed:.1f} s{memory})")
 
 
 def _install_progress() -> _ProgressHandler:

@@ -313,12 +313,15 @@ def test_the_default_model_follows_the_data_and_image_models_need_a_square_grid(
     from tfx_accum.pipeline.errors import InputError
 
     def args(model, data_root):
-        return argparse.Namespace(model=model, data_root=data_root)
+        return argparse.Namespace(model=model, data_root=data_root, verbose=False)
 
-    assert _model_for(args(None, None), 64) == "cnn"  # the embedded 8x8 digits
-    assert _model_for(args(None, "/my/csvs"), 4) == "mlp"  # never a 2x2 "image"
-    assert _model_for(args("cnn", "/my/csvs"), 64) == "cnn"  # declared: a square grid
+    def columns(n):
+        return [f"f{i}" for i in range(n)]
+
+    assert _model_for(args(None, None), columns(64), 10) == "cnn"  # the embedded 8x8 digits
+    assert _model_for(args(None, "/my/csvs"), columns(4), 3) == "mlp"  # never a 2x2 "image"
+    assert _model_for(args("cnn", "/my/csvs"), columns(64), 10) == "cnn"  # declared grid
     with pytest.raises(InputError, match="30 feature columns.*--model mlp"):
-        _model_for(args("cnn", "/my/csvs"), 30)
+        _model_for(args("cnn", "/my/csvs"), columns(30), 2)
     with pytest.raises(InputError, match="too small an image"):
-        _model_for(args("densenet121", "/my/csvs"), 4)
+        _model_for(args("densenet121", "/my/csvs"), columns(4), 2)
