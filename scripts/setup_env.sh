@@ -63,7 +63,10 @@ pip_install --no-deps --target "$VENV/kfp-spec" -r kubeflow/validate-requirement
 KFP_ENV="$VENV/kfp-local"
 rm -rf "$KFP_ENV"
 if [ "$INSTALLER" = uv ]; then
-  "$VENV/bin/uv" venv --quiet --python "$PY" "$KFP_ENV" >> "$LOG" 2>&1
+  # The base interpreter: $PY may itself be a virtual environment's (an activated one).
+  BASE_PY=$("$PY" -c 'import os, sys; print(os.path.realpath(sys._base_executable))')
+  "$VENV/bin/uv" venv --quiet --no-python-downloads --python "$BASE_PY" "$KFP_ENV" >> "$LOG" 2>&1 \
+    || { tail -n 30 "$LOG" >&2; echo "error: creating $KFP_ENV failed; see $LOG" >&2; exit 1; }
   "$VENV/bin/uv" pip install --quiet --python "$KFP_ENV/bin/python" \
       -r kubeflow/local-run-requirements.txt >> "$LOG" 2>&1 \
     || { tail -n 30 "$LOG" >&2; echo "error: installing $KFP_ENV failed; see $LOG" >&2; exit 1; }
