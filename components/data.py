@@ -2,11 +2,13 @@
 
 TFX builds datasets at one fixed batch size. Tuning batch sizes needs per-trial batching
 (tfx #3591), so the splits are read unbatched and each trial or training run batches them
-at its own effective batch size. Nothing is cached in memory: every epoch streams the
-examples from ExampleGen's files again (the shuffle buffer is the only thing held), so a
-data set larger than memory trains, and the Tuner's and Trainer's reads cost no memory that
-outlives them. The normalisation statistics come from a bounded pass (the first
-``STATS_ROWS`` training examples); the training split's size from counting its records.
+at its own effective batch size. A split whose parsed values exceed ``CACHE_BYTES`` is
+streamed: every epoch reads the examples from ExampleGen's files again (the shuffle buffer
+is the only thing held), so a data set larger than memory trains and memory does not grow
+with the data. A smaller split is cached, parsed, in blocks of ``_READ_BATCH`` examples (no
+per-example overhead): re-parsing small data every epoch would cost more than holding it.
+The normalisation statistics come from a bounded pass (the first ``STATS_ROWS`` training
+examples); the split sizes from counting records, without parsing.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from tfx_bsl.public import tfxio
 
 _READ_BATCH = 256
 STATS_ROWS = 100_000  # training examples the normalisation statistics are computed from
+CACHE_BYTES = 64 * 2**20  # a split up to this many bytes of float32 values is cached
 
 
 def _natural_key(name: str):
@@ -79,7 +82,7 @@ def _as_float(keys: list[str], label_key: str):
     return convert
 
 
-def _read(fn_args, files, schema, keys, label_key) -> tf.data.Dataset:
+def _read(fn_args, files, schema, keys, label_key, cache: bool) -> tf.data.Dataset:
     dataset = fn_args.data_accessor.tf_dataset_factory(
         files,
         tfxio.TensorFlowDatasetOptions(
@@ -87,16 +90,21 @@ def _read(fn_args, files, schema, keys, label_key) -> tf.data.Dataset:
         ),
         schema,
     )
-    return dataset.map(_as_float(keys, label_key)).unbatch()
+    dataset = dataset.map(_as_float(keys, label_key))
+    return (dataset.cache() if cache else dataset).unbatch()
 
 
 def load_splits(fn_args, label_key: str) -> Splits:
     """The train and eval splits of a Trainer/Tuner ``fn_args``, streamed, with statistics."""
     schema = load_schema(fn_args.schema_path)
     keys = feature_keys(schema, label_key)
-    train = _read(fn_args, fn_args.train_files, schema, keys, label_key)
-    evaluation = _read(fn_args, fn_args.eval_files, schema, keys, label_key)
-    count = count_records(fn_args.train_files)
+    count, eval_count = count_records(fn_args.train_files), count_records(fn_args.eval_files)
+
+    def small(rows: int) -> bool:
+        return rows * (len(keys) + 1) * 4 <= CACHE_BYTES
+
+    train = _read(fn_args, fn_args.train_files, schema, keys, label_key, small(count))
+    evaluation = _read(fn_args, fn_args.eval_files, schema, keys, label_key, small(eval_count))
     if count == 0:
         raise ValueError("The training split is empty: the data has no rows to train on.")
     mean, variance = feature_statistics(train, keys, STATS_ROWS)
