@@ -27,6 +27,7 @@ import json
 import re
 import shlex
 import sys
+import time
 import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
@@ -243,10 +244,16 @@ def _files(pin: Pin) -> list[str] | None:
     """File names the pin's index lists for its project (None: the index is unreachable)."""
     url = pin.index or PYPI_SIMPLE.format(name=pin.name)
     request = urllib.request.Request(url, headers={"Accept": "application/vnd.pypi.simple.v1+json"})
-    try:
-        with urllib.request.urlopen(request, timeout=60) as response:
-            body = response.read().decode()
-    except (urllib.error.URLError, TimeoutError, OSError):
+    body = None
+    for attempt in range(4):  # an index under load answers late or not at all, now and then
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:
+                body = response.read().decode()
+            break
+        except (urllib.error.URLError, TimeoutError, OSError):
+            if attempt < 3 and not pin.index:  # PyPI: retry; a private index: report it
+                time.sleep(2**attempt)
+    if body is None:
         return None
     if body.lstrip().startswith("{"):
         return [f["filename"] for f in json.loads(body)["files"] if not f.get("yanked")]
@@ -283,7 +290,7 @@ def check(dockerfile: str) -> tuple[list[str], list[str], dict[str, int]]:
     )
     problems += [f"{name} is not pinned to one version (==VERSION)" for name in unpinned]
     unique = {pin for pins in variants.values() for pin in pins.values() if pin.version}
-    with ThreadPoolExecutor(16) as pool:
+    with ThreadPoolExecutor(8) as pool:
         listings = dict(zip(unique, pool.map(_files, unique)))
     unverified = []
     for pin in sorted(unique, key=lambda p: p.name):
