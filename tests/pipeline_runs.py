@@ -12,6 +12,17 @@ import numpy as np
 import tensorflow as tf
 
 ROOT = Path(__file__).resolve().parents[1]
+# Every component of the pipeline, in order.
+COMPONENTS = (
+    "CsvExampleGen",
+    "StatisticsGen",
+    "SchemaGen",
+    "ExampleValidator",
+    "Tuner",
+    "Trainer",
+    "Evaluator",
+    "Pusher",
+)
 # A small budget with a search space that trains well quickly: the test is about the
 # pipeline, not about finding good hyperparameters.
 SMALL = [

@@ -28,6 +28,14 @@ ARGS = dict(
 )
 
 
+def compile_argv(pool: str, output: Path, *extra: str) -> list[str]:
+    """``tfx-accum compile`` for ``pool`` with the test image and roots."""
+    return [
+        "compile", "--node-pool", pool, "--output", str(output), "--image", IMAGE,
+        "--pipeline-root", ARGS["pipeline_root"], "--data-root", ARGS["data_root"], *extra,
+    ]  # fmt: skip
+
+
 def validate(path: Path) -> dict:
     """Strict parse with KFP's current protos, in their own isolated interpreter."""
     if not SPEC_DIR.is_dir():
@@ -48,23 +56,7 @@ def compiled(tmp_path_factory):
     out = tmp_path_factory.mktemp("kfp")
     files = {}
     for pool in ("gpu", "tpu"):
-        rc = main(
-            [
-                "compile",
-                "--node-pool",
-                pool,
-                "--output",
-                str(out / f"{pool}.yaml"),
-                "--image",
-                IMAGE,
-                "--pipeline-root",
-                ARGS["pipeline_root"],
-                "--data-root",
-                ARGS["data_root"],
-                "--max-trials",
-                "3",
-            ]
-        )
+        rc = main(compile_argv(pool, out / f"{pool}.yaml", "--max-trials", "3"))
         assert rc == 0
         files[pool] = out / f"{pool}.yaml"
     files["vertex"] = compile_pipeline(
@@ -306,22 +298,7 @@ def _tuner_custom_config(path: Path) -> dict:
 )
 def test_multi_gpu_profiles_run_one_trial_per_gpu(tmp_path, pool, extra, expected):
     output = tmp_path / f"{pool}.yaml"
-    rc = main(
-        [
-            "compile",
-            "--node-pool",
-            pool,
-            "--output",
-            str(output),
-            "--image",
-            IMAGE,
-            "--pipeline-root",
-            ARGS["pipeline_root"],
-            "--data-root",
-            ARGS["data_root"],
-            *extra,
-        ]
-    )
+    rc = main(compile_argv(pool, output, *extra))
     assert rc == 0
     assert _tuner_custom_config(output)["parallel_trials"] == expected
     assert get_profile(pool).tuner_parallel_trials == (4 if pool == "a100x4" else expected)

@@ -17,20 +17,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import yaml
-from pipeline_runs import ROOT, digits_examples
+from pipeline_runs import COMPONENTS, ROOT, digits_examples
 
 from tfx_accum.pipeline.data import write_embedded_digits
 
-TASKS = (
-    "CsvExampleGen",
-    "StatisticsGen",
-    "SchemaGen",
-    "ExampleValidator",
-    "Tuner",
-    "Trainer",
-    "Evaluator",
-    "Pusher",
-)
+TASKS = COMPONENTS  # the compiled spec's tasks are the pipeline's components
 
 
 def tfx_accum(*args: str) -> subprocess.CompletedProcess:

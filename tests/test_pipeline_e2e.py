@@ -10,21 +10,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tensorflow as tf
-from pipeline_runs import ROOT, SMALL, digits_examples, run_cli  # noqa: F401 - first_run: conftest.py
+from pipeline_runs import COMPONENTS, ROOT, SMALL, digits_examples, run_cli  # noqa: F401 - first_run: conftest.py
 
 
 def test_pipeline_pushes_a_blessed_model_that_classifies_digits(first_run):
     out, stdout, _ = first_run
-    for component in (
-        "CsvExampleGen",
-        "StatisticsGen",
-        "SchemaGen",
-        "ExampleValidator",
-        "Tuner",
-        "Trainer",
-        "Evaluator",
-        "Pusher",
-    ):
+    for component in COMPONENTS:
         assert f"[pipeline] {component} done" in stdout, component
     assert re.search(r"\[tuner\] trial \d+: accumulation_steps=\d+ micro_batch=\d+", stdout)
     assert "blessed: yes" in stdout
