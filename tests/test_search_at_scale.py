@@ -48,7 +48,7 @@ def test_two_workers_run_every_trial_once_and_find_the_serial_best(first_run, tm
     serial_best, serial_rows, _ = run_tuner_component(first_run, tmp_path / "serial", 1)
     start = time.monotonic()
     best, rows, trials = run_tuner_component(first_run, tmp_path / "parallel", 2)
-    assert time.monotonic() - start < 300
+    assert time.monotonic() - start < 300  # a hang guard (a stuck chief), not a speed check
     assert len(trials) == PARALLEL_SPACE.max_trials
     assert all(t["status"] == "COMPLETED" for t in trials), [t["message"] for t in trials]
     assert len({t["trial_id"] for t in trials}) == len(trials)  # none twice
