@@ -4,19 +4,23 @@ The function receives what the pipeline knows about the data and the trial, and 
 Keras model (functional or Sequential, compiled or not)::
 
     def my_model(features, num_classes, hp):
-        # features: {column name: tf.io.FixedLenFeature([1], tf.float32)}, the model's inputs
-        # num_classes: from the data
+        # features: {name: tf.io.FixedLenFeature(shape, dtype)}, the model's inputs:
+        #   numeric columns [1] float32 (missing values filled with the mean),
+        #   string columns [1] int64 (vocabulary index, 0 = missing or unseen),
+        #   image features [height, width, channels] float32 in [0, 1]
+        # num_classes: from the data (string labels: the size of their vocabulary)
         # hp: the trial's keras_tuner.HyperParameters; declare your own beside ours
         inputs = {name: keras.Input((1,), name=name) for name in features}
         x = keras.layers.Concatenate()(list(inputs.values()))
         x = keras.layers.Dense(hp.Choice("units", [64, 128]), activation="relu")(x)
         return keras.Model(inputs, keras.layers.Dense(num_classes, activation="softmax")(x))
 
-A function that also takes ``feature_stats`` gets ``{"mean": {...}, "variance": {...}}`` of
-the training split per feature, for a ``keras.layers.Normalization``.
+A function that also takes ``feature_stats`` gets ``{"mean": {...}, "variance": {...},
+"vocabulary": {...}}`` of the training split per numeric (or string) feature, for a
+``keras.layers.Normalization`` (or an ``Embedding`` of ``len(vocabulary) + 1`` rows).
 
-The pipeline checks the model (inputs named after the data's columns, each of shape
-``(None, 1)``; one output of ``num_classes`` class probabilities), wraps it with
+The pipeline checks the model (inputs named after the data's features, shaped as above;
+one output of ``num_classes`` class probabilities), wraps it with
 :meth:`GradientAccumulationModel.from_model` unless it already is one, and compiles it: your
 loss and optimizer class are kept (the optimizer at the trial's learning rate); without a
 compile, sparse categorical cross-entropy and Adam. Accuracy is always a metric: the Tuner
@@ -32,14 +36,14 @@ import importlib
 import inspect
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import keras
-import numpy as np
 import tensorflow as tf
 
 from tfx_accum.components.accumulation import GradientAccumulationModel
+from tfx_accum.components.features import NUMERIC, STRING, DataDescription
 
 
 class ModelFunctionError(ValueError):
@@ -66,25 +70,19 @@ def load_model_function(reference: str) -> Callable[..., Any]:
     return function
 
 
-def call_model_function(
-    reference: str,
-    feature_keys: Sequence[str],
-    num_classes: int,
-    hp,
-    mean: np.ndarray | None = None,
-    variance: np.ndarray | None = None,
-) -> keras.Model:
+def call_model_function(reference: str, data: DataDescription, hp) -> keras.Model:
     """Calls the user's function and checks that its model suits the data."""
     function = load_model_function(reference)
-    features = {key: tf.io.FixedLenFeature([1], tf.float32) for key in feature_keys}
-    kwargs: dict[str, Any] = {"features": features, "num_classes": num_classes, "hp": hp}
+    features = {
+        f.name: tf.io.FixedLenFeature(f.input_shape, tf.as_dtype(f.input_dtype))
+        for f in data.features
+    }
+    kwargs: dict[str, Any] = {"features": features, "num_classes": data.num_classes, "hp": hp}
     if "feature_stats" in inspect.signature(function).parameters:
-        # Without statistics (the command line's check before any data is read): neutral ones.
-        mean = np.zeros(len(feature_keys)) if mean is None else np.asarray(mean)
-        variance = np.ones(len(feature_keys)) if variance is None else np.asarray(variance)
         kwargs["feature_stats"] = {
-            "mean": {key: float(value) for key, value in zip(feature_keys, mean)},
-            "variance": {key: float(value) for key, value in zip(feature_keys, variance)},
+            "mean": {f.name: f.mean for f in data.kind(NUMERIC)},
+            "variance": {f.name: f.variance for f in data.kind(NUMERIC)},
+            "vocabulary": {f.name: list(f.vocabulary) for f in data.kind(STRING)},
         }
     try:
         model = function(**kwargs)
@@ -92,11 +90,11 @@ def call_model_function(
         raise ModelFunctionError(
             f"--model {reference} raised {type(error).__name__}: {error}"
         ) from error
-    check_model(reference, model, feature_keys, num_classes)
+    check_model(reference, model, data)
     return model
 
 
-def check_model(reference: str, model: Any, feature_keys: Sequence[str], num_classes: int) -> None:
+def check_model(reference: str, model: Any, data: DataDescription) -> None:
     if not isinstance(model, keras.Model):
         raise ModelFunctionError(
             f"--model {reference} returned {type(model).__name__}, not a keras.Model."
@@ -110,26 +108,32 @@ def check_model(reference: str, model: Any, feature_keys: Sequence[str], num_cla
             f"--model {reference}: the model has no defined inputs; build it from keras.Input "
             "layers (functional or Sequential with an Input)."
         )
+    shapes = {f.name: f.input_shape for f in data.features}
     names = [tensor.name.split(":")[0] for tensor in inputs]
-    unknown = sorted(set(names) - set(feature_keys))
+    unknown = sorted(set(names) - set(shapes))
     if unknown:
-        shown = ", ".join(list(feature_keys)[:8]) + (", ..." if len(feature_keys) > 8 else "")
+        keys = data.keys
+        shown = ", ".join(keys[:8]) + (", ..." if len(keys) > 8 else "")
         raise ModelFunctionError(
             f"--model {reference}: inputs {unknown} are not columns of the data "
             f"(features: {shown}); name each keras.Input after a feature."
         )
-    wrong = [n for n, t in zip(names, inputs) if tuple(t.shape[1:]) != (1,)]
+    wrong = [
+        f"{n} {tuple(t.shape[1:])} (expected {shapes[n]})"
+        for n, t in zip(names, inputs)
+        if tuple(t.shape[1:]) != shapes[n]
+    ]
     if wrong:
         raise ModelFunctionError(
-            f"--model {reference}: inputs {wrong} must have shape (None, 1), one value per "
-            "example, as each CSV column is fed."
+            f"--model {reference}: inputs of the wrong shape: {'; '.join(wrong)}. A numeric or "
+            "string column is fed as (None, 1); an image as (None, height, width, channels)."
         )
     outputs = list(model.outputs)
-    if len(outputs) != 1 or outputs[0].shape[-1] != num_classes:
-        shapes = [tuple(o.shape) for o in outputs]
+    if len(outputs) != 1 or outputs[0].shape[-1] != data.num_classes:
+        found = [tuple(o.shape) for o in outputs]
         raise ModelFunctionError(
-            f"--model {reference}: the model must have one output of {num_classes} class "
-            f"probabilities (the data has {num_classes} classes); it has {shapes}."
+            f"--model {reference}: the model must have one output of {data.num_classes} class "
+            f"probabilities (the data has {data.num_classes} classes); it has {found}."
         )
 
 

@@ -7,8 +7,11 @@ streamed: every epoch reads the examples from ExampleGen's files again (the shuf
 is the only thing held), so a data set larger than memory trains and memory does not grow
 with the data. A smaller split is cached, parsed, in blocks of ``_READ_BATCH`` examples (no
 per-example overhead): re-parsing small data every epoch would cost more than holding it.
-The normalisation statistics come from a bounded pass (the first ``STATS_ROWS`` training
-examples); the split sizes from counting records, without parsing.
+What the inputs are (kinds, statistics, vocabularies, the label's classes) comes from a
+bounded pass over the first ``STATS_ROWS`` training examples
+(:func:`~tfx_accum.components.features.describe_data`), and every example is preprocessed
+in the input pipeline by the Keras layers that are exported with the model; the split sizes
+come from counting records, without parsing.
 """
 
 from __future__ import annotations
@@ -16,22 +19,24 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import re
 from typing import Any
 
 import numpy as np
 import tensorflow as tf
 from google.protobuf import text_format
 from tensorflow_metadata.proto.v0 import schema_pb2
-from tfx_bsl.public import tfxio
+
+from tfx_accum.components.features import (
+    STATS_ROWS,
+    DataDescription,
+    Preprocessor,
+    describe_data,
+    parse_label,
+    parse_raw,
+)
 
 _READ_BATCH = 256
-STATS_ROWS = 100_000  # training examples the normalisation statistics are computed from
 CACHE_BYTES = 64 * 2**20  # a split up to this many bytes of float32 values is cached
-
-
-def _natural_key(name: str):
-    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
 
 
 def load_schema(schema_path: str) -> schema_pb2.Schema:
@@ -40,103 +45,73 @@ def load_schema(schema_path: str) -> schema_pb2.Schema:
         return text_format.Parse(handle.read(), schema_pb2.Schema())
 
 
-def feature_keys(schema: schema_pb2.Schema, label_key: str) -> list[str]:
-    """The model's input features: every schema feature but the label, in natural order."""
-    names = [f.name for f in schema.feature]
-    if label_key not in names:
-        raise ValueError(
-            f"The label column {label_key!r} is not in the data (columns: "
-            f"{', '.join(sorted(names, key=_natural_key)[:10])}...). Set the label key."
-        )
-    return sorted((n for n in names if n != label_key), key=_natural_key)
-
-
-def feature_spec(schema: schema_pb2.Schema, keys: list[str]) -> dict[str, tf.io.FixedLenFeature]:
-    """``tf.io.parse_example`` spec of the input features (one value each)."""
-    types = {f.name: f.type for f in schema.feature}
-    return {
-        k: tf.io.FixedLenFeature([1], tf.float32 if types[k] == schema_pb2.FLOAT else tf.int64)
-        for k in keys
-    }
-
-
 @dataclasses.dataclass
 class Splits:
-    """Unbatched, streamed ``(features, label)`` datasets and feature statistics."""
+    """Unbatched, streamed ``(model inputs, class index)`` datasets and what the model's
+    inputs are (:class:`~tfx_accum.components.features.DataDescription`)."""
 
     train: tf.data.Dataset
     eval: tf.data.Dataset
-    keys: list[str]
+    data: DataDescription
     train_size: int
-    mean: np.ndarray
-    variance: np.ndarray
+    preprocessor: Preprocessor
+
+    @property
+    def keys(self) -> list[str]:
+        return self.data.keys
 
 
-def _as_float(keys: list[str], label_key: str):
-    def convert(features, label):
-        return (
-            {k: tf.cast(features[k], tf.float32) for k in keys},
-            tf.cast(tf.reshape(label, [-1]), tf.int64),
-        )
-
-    return convert
+def _files(file_patterns: list[str]) -> list[str]:
+    return sorted(f for pattern in file_patterns for f in tf.io.gfile.glob(pattern))
 
 
-def _read(fn_args, files, schema, keys, label_key, cache: bool) -> tf.data.Dataset:
-    dataset = fn_args.data_accessor.tf_dataset_factory(
-        files,
-        tfxio.TensorFlowDatasetOptions(
-            batch_size=_READ_BATCH, label_key=label_key, num_epochs=1, shuffle=False
-        ),
-        schema,
-    )
-    dataset = dataset.map(_as_float(keys, label_key))
+def _records(file_patterns: list[str]) -> tf.data.Dataset:
+    """ExampleGen's serialized ``tf.Example`` records (gzipped TFRecord files), in order."""
+    files = _files(file_patterns)
+    return tf.data.TFRecordDataset(files, compression_type=_compression(files[0] if files else ""))
+
+
+def _read(file_patterns, data: DataDescription, preprocessor, cache: bool) -> tf.data.Dataset:
+    def preprocess(serialized):
+        features = preprocessor(parse_raw(serialized, data))
+        return features, preprocessor.encode_label(parse_label(serialized, data))
+
+    dataset = _records(file_patterns).batch(_READ_BATCH)
+    dataset = dataset.map(preprocess, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     return (dataset.cache() if cache else dataset).unbatch()
 
 
-def load_splits(fn_args, label_key: str) -> Splits:
-    """The train and eval splits of a Trainer/Tuner ``fn_args``, streamed, with statistics."""
+def load_splits(fn_args, label_key: str, num_classes: int | None = None) -> Splits:
+    """The train and eval splits of a Trainer/Tuner ``fn_args``, streamed and preprocessed.
+
+    ``num_classes``: the user's override (checked), else inferred from the labels.
+    """
     schema = load_schema(fn_args.schema_path)
-    keys = feature_keys(schema, label_key)
     count, eval_count = count_records(fn_args.train_files), count_records(fn_args.eval_files)
-
-    def small(rows: int) -> bool:
-        return rows * (len(keys) + 1) * 4 <= CACHE_BYTES
-
-    train = _read(fn_args, fn_args.train_files, schema, keys, label_key, small(count))
-    evaluation = _read(fn_args, fn_args.eval_files, schema, keys, label_key, small(eval_count))
     if count == 0:
         raise ValueError("The training split is empty: the data has no rows to train on.")
-    mean, variance = feature_statistics(train, keys, STATS_ROWS)
-    return Splits(train, evaluation, keys, count, mean, variance)
+    data = describe_data(
+        _records(fn_args.train_files), schema, label_key, num_classes, rows=STATS_ROWS
+    )
+    preprocessor = Preprocessor(data)
+
+    def small(rows: int) -> bool:
+        return rows * data.values_per_example * 4 <= CACHE_BYTES
+
+    train = _read(fn_args.train_files, data, preprocessor, small(count))
+    evaluation = _read(fn_args.eval_files, data, preprocessor, small(eval_count))
+    return Splits(train, evaluation, data, count, preprocessor)
 
 
 def count_records(file_patterns: list[str]) -> int:
     """The number of records in ExampleGen's (gzipped TFRecord) files, without parsing them."""
-    files = [f for pattern in file_patterns for f in tf.io.gfile.glob(pattern)]
-    if not files:
+    if not _files(file_patterns):
         return 0
-    records = tf.data.TFRecordDataset(files, compression_type=_compression(files[0]))
-    return int(records.reduce(np.int64(0), lambda count, _: count + 1))
+    return int(_records(file_patterns).reduce(np.int64(0), lambda count, _: count + 1))
 
 
 def _compression(path: str) -> str:
     return "GZIP" if path.endswith(".gz") else ""
-
-
-def feature_statistics(
-    dataset: tf.data.Dataset, keys: list[str], rows: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """Mean and variance of each feature over the first ``rows`` examples (a bounded read)."""
-    count, total, total_sq = 0, np.zeros(len(keys)), np.zeros(len(keys))
-    for features, _ in dataset.take(rows).batch(4096):
-        block = np.concatenate([features[k].numpy() for k in keys], axis=1).astype("float64")
-        count += block.shape[0]
-        total += block.sum(axis=0)
-        total_sq += (block**2).sum(axis=0)
-    mean = total / max(count, 1)
-    variance = np.maximum(total_sq / max(count, 1) - mean**2, 1e-6)
-    return mean, variance
 
 
 def batched(

@@ -1,8 +1,16 @@
 """Exports a trained model as a serving SavedModel for Evaluator and TF Serving.
 
 The ``serving_default`` signature takes serialized ``tf.Example`` protos (input name
-``examples``) carrying the input feature names, and returns ``{"scores": probabilities}``.
-The export is a plain SavedModel: nothing of the accumulation logic is in it.
+``examples``) carrying the raw input features (numbers, strings, encoded image bytes; a
+feature may be missing), applies the preprocessing learned from the training split
+(:class:`~tfx_accum.components.features.Preprocessor`) and returns
+``{"scores": class probabilities, "classes": the most likely class}``; ``classes`` are the
+label's own values (string labels) or class indices as strings.
+
+A second signature, ``transform_labels``, maps serialized examples to the class index of
+their label: the Evaluator uses it (TFMA's ``preprocessing_function_names``) so that string
+labels are compared with the scores by index. The export is a plain SavedModel: nothing of
+the accumulation logic is in it.
 """
 
 from __future__ import annotations
@@ -10,22 +18,36 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
+from tfx_accum.components.features import DataDescription, Preprocessor, parse_label, parse_raw
+
 SERVING_SIGNATURE = "serving_default"
+LABELS_SIGNATURE = "transform_labels"
 OUTPUT_KEY = "scores"
+CLASSES_KEY = "classes"
 
 
 def export_serving_model(
-    model: keras.Model, spec: dict[str, tf.io.FixedLenFeature], export_dir: str
+    model: keras.Model, data: DataDescription, preprocessor: Preprocessor, export_dir: str
 ) -> None:
-    """Writes ``model`` to ``export_dir`` with a tf.Example-parsing serving signature."""
+    """Writes ``model`` with its preprocessing to ``export_dir``, serving tf.Examples."""
     archive = keras.export.ExportArchive()
     archive.track(model)
+    # Each preprocessing layer, so that the lookup tables of StringLookup are saved (Keras
+    # finds them only under what is tracked; the layers sit in a dict of the preprocessor).
+    for layer in preprocessor.layers_to_export():
+        archive.track(layer)
+    names = list(data.label_vocabulary) or [str(i) for i in range(data.num_classes)]
+    class_names = tf.constant(names)
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="examples")])
     def serve(serialized):
-        parsed = tf.io.parse_example(serialized, spec)
-        features = {key: tf.cast(value, tf.float32) for key, value in parsed.items()}
-        return {OUTPUT_KEY: model(features, training=False)}
+        scores = model(preprocessor(parse_raw(serialized, data)), training=False)
+        return {OUTPUT_KEY: scores, CLASSES_KEY: tf.gather(class_names, tf.argmax(scores, -1))}
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="examples")])
+    def transform_labels(serialized):
+        return {data.label_key: preprocessor.encode_label(parse_label(serialized, data))}
 
     archive.add_endpoint(SERVING_SIGNATURE, serve)
+    archive.add_endpoint(LABELS_SIGNATURE, transform_labels)
     archive.write_out(export_dir, verbose=False)

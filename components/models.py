@@ -1,80 +1,139 @@
 """The model architectures the Trainer and Tuner can build, all as GA models.
 
-Every model takes a dict of numeric features (what TFX feeds: one ``(batch, 1)`` tensor per
-CSV column), normalises them with statistics of the training split, and outputs class
-probabilities.
+Every model takes a dict of preprocessed features (``components/features.py``: one
+``(batch, 1)`` number per numeric column, one vocabulary index per string column, one
+``(batch, height, width, channels)`` image per image feature), normalises numbers with
+statistics of the training split, and outputs class probabilities.
 
-- ``cnn`` (default): a small convolutional network on the features as a square image
-  (the 8x8 digits); no BatchNormalization, so accumulation is exact.
-- ``mlp``: two dense layers, for tabular CSVs of any width.
+- ``cnn``: a small convolutional network on the image feature, or on the numeric columns
+  as a square image (the 8x8 digits CSV); no BatchNormalization, so accumulation is exact.
+- ``mlp``: two dense layers, for tabular data (numeric and string columns).
 - ``package.module:function``: your own model (components/custom_model.py).
 - ``densenet121``: the StackOverflow question's setup: DenseNet121 (``weights=None``) on
-  the image resized to 32x32x3. It has BatchNormalization, so accumulation is not exact
-  (a warning says so).
+  the image (at least 32x32, three channels). It has BatchNormalization, so accumulation
+  is not exact (a warning says so).
 """
 
 from __future__ import annotations
-
-from collections.abc import Sequence
 
 import keras
 import numpy as np
 
 from tfx_accum.components.accumulation import GradientAccumulationModel
 from tfx_accum.components.custom_model import as_accumulation_model, call_model_function
+from tfx_accum.components.features import IMAGE, NUMERIC, STRING, DataDescription
 from tfx_accum.components.settings import MODEL_NAMES, image_side, is_model_function
+
+ONE_HOT_LIMIT = 32  # string features with up to this many values are one-hot encoded
+
+
+def model_inputs(data: DataDescription) -> dict[str, keras.KerasTensor]:
+    """One ``keras.Input`` per feature, shaped as the preprocessor delivers it."""
+    return {
+        f.name: keras.Input(f.input_shape, name=f.name, dtype=f.input_dtype) for f in data.features
+    }
+
+
+def tabular_vector(data: DataDescription, inputs: dict) -> keras.KerasTensor | None:
+    """Numeric features normalised with the training statistics, string features one-hot
+    (or embedded), concatenated; None without such features."""
+    parts = []
+    numeric = data.kind(NUMERIC)
+    if numeric:
+        x = keras.layers.Concatenate(name="features")([inputs[f.name] for f in numeric])
+        parts.append(
+            keras.layers.Normalization(
+                mean=np.array([f.mean for f in numeric], "float32"),
+                variance=np.array([f.variance for f in numeric], "float32"),
+            )(x)
+        )
+    for feature in data.kind(STRING):
+        size = len(feature.vocabulary) + 1  # + index 0: missing or out of vocabulary
+        if size <= ONE_HOT_LIMIT:
+            encode = keras.layers.CategoryEncoding(size, output_mode="one_hot")
+            parts.append(encode(inputs[feature.name]))
+        else:
+            embedded = keras.layers.Embedding(size, 16)(inputs[feature.name])
+            parts.append(keras.layers.Flatten()(embedded))
+    if not parts:
+        return None
+    return parts[0] if len(parts) == 1 else keras.layers.Concatenate()(parts)
+
+
+def _conv_trunk(image: keras.KerasTensor) -> keras.KerasTensor:
+    x = keras.layers.Conv2D(32, 3, padding="same", activation="relu")(image)
+    x = keras.layers.Conv2D(64, 3, padding="same", activation="relu")(x)
+    x = keras.layers.MaxPooling2D(2)(x)
+    if image.shape[1] >= 16:  # larger images: one more stage, then pool globally
+        x = keras.layers.Conv2D(64, 3, padding="same", activation="relu")(x)
+        x = keras.layers.MaxPooling2D(2)(x)
+    return keras.layers.Flatten()(x)
+
+
+def _densenet_trunk(image: keras.KerasTensor) -> keras.KerasTensor:
+    side = max(32, image.shape[1])  # DenseNet121 needs at least 32x32
+    x = keras.layers.Resizing(side, side)(image) if image.shape[1] != side else image
+    if image.shape[-1] == 1:
+        x = keras.layers.Concatenate()([x, x, x])
+    backbone = keras.applications.DenseNet121(
+        weights=None, include_top=False, input_shape=(side, side, 3), pooling="avg"
+    )
+    return backbone(x)
 
 
 def build_model(
     model_name: str,
-    feature_keys: Sequence[str],
-    num_classes: int,
+    data: DataDescription,
     accumulation_steps: int,
     learning_rate: float,
-    mean: np.ndarray | None = None,
-    variance: np.ndarray | None = None,
     hp=None,
 ) -> GradientAccumulationModel:
     """Builds and compiles one of ``MODEL_NAMES``, or the user's model function's model,
-    as a GradientAccumulationModel.
+    as a GradientAccumulationModel for the inputs ``data`` describes.
 
-    ``mean``/``variance`` (one value per feature, in ``feature_keys`` order) come from the
-    training split; without them the features pass through unscaled. ``hp``: the trial's
-    ``keras_tuner.HyperParameters``, for a model function that declares its own.
+    ``hp``: the trial's ``keras_tuner.HyperParameters``, for a model function that declares
+    its own.
     """
-    # model_name and num_classes come validated (settings.ModelSettings).
+    # model_name comes validated (settings.ModelSettings).
     if is_model_function(model_name):
-        model = call_model_function(
-            model_name, feature_keys, num_classes, hp, mean=mean, variance=variance
-        )
+        model = call_model_function(model_name, data, hp)
         return as_accumulation_model(model, accumulation_steps, learning_rate)
     assert model_name in MODEL_NAMES, model_name
-    inputs = {key: keras.Input((1,), name=key, dtype="float32") for key in feature_keys}
-    x = keras.layers.Concatenate(name="features")([inputs[k] for k in feature_keys])
-    if mean is not None and variance is not None:
-        x = keras.layers.Normalization(
-            mean=np.asarray(mean, "float32"), variance=np.asarray(variance, "float32")
-        )(x)
+    inputs = model_inputs(data)
+    images = data.kind(IMAGE)
     if model_name == "mlp":
+        if images:
+            raise ValueError(
+                f"Model 'mlp' takes numeric and string features; {images[0].name!r} is an "
+                "image. Use --model cnn or densenet121."
+            )
+        x = tabular_vector(data, inputs)
         x = keras.layers.Dense(128, activation="relu")(x)
         x = keras.layers.Dense(64, activation="relu")(x)
     else:
-        side = image_side(len(feature_keys), model_name)
-        x = keras.layers.Reshape((side, side, 1))(x)
-        if model_name == "cnn":
-            x = keras.layers.Conv2D(32, 3, padding="same", activation="relu")(x)
-            x = keras.layers.Conv2D(64, 3, padding="same", activation="relu")(x)
-            x = keras.layers.MaxPooling2D(2)(x)
-            x = keras.layers.Flatten()(x)
-            x = keras.layers.Dense(128, activation="relu")(x)
-        else:
-            x = keras.layers.Resizing(32, 32)(x)
-            x = keras.layers.Concatenate()([x, x, x])
-            backbone = keras.applications.DenseNet121(
-                weights=None, include_top=False, input_shape=(32, 32, 3), pooling="avg"
+        trunk = _conv_trunk if model_name == "cnn" else _densenet_trunk
+        if len(images) > 1:
+            raise ValueError(
+                f"Model {model_name!r} reads one image feature; the data has {len(images)} "
+                f"({', '.join(f.name for f in images)}). Write a model function for several."
             )
-            x = backbone(x)
-    outputs = keras.layers.Dense(num_classes, activation="softmax", name="scores")(x)
+        if images:  # an image feature, and any tabular ones beside it in the head
+            x = trunk(inputs[images[0].name])
+            tabular = tabular_vector(data, inputs)
+            if tabular is not None:
+                x = keras.layers.Concatenate()([x, tabular])
+        else:  # a square grid of numeric pixel columns (the 8x8 digits CSV)
+            if data.kind(STRING):
+                raise ValueError(
+                    f"Model {model_name!r} reads the numeric columns as a square image; the "
+                    f"data has string columns. Use --model mlp."
+                )
+            side = image_side(len(data.features), model_name)
+            x = tabular_vector(data, inputs)
+            x = trunk(keras.layers.Reshape((side, side, 1))(x))
+        if model_name == "cnn":
+            x = keras.layers.Dense(128, activation="relu")(x)
+    outputs = keras.layers.Dense(data.num_classes, activation="softmax", name="scores")(x)
     model = GradientAccumulationModel(
         inputs=inputs,
         outputs=outputs,

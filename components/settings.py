@@ -51,7 +51,6 @@ MODEL_FUNCTION = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*$
 IMAGE_MODELS = ("cnn", "densenet121")  # read the features as a square pixel grid
 DEFAULT_MODEL = "mlp"  # tabular; the embedded digits (an 8x8 image) get "cnn"
 LABEL_KEY = "label"
-DEFAULT_NUM_CLASSES = 10  # the digits; a local run infers it from the data
 TRAIN_STEPS = 300  # Trainer optimizer updates, each one whole effective batch
 ACCURACY_THRESHOLD = 0.95  # Evaluator's gate on eval-split accuracy
 EVAL_BATCH = 256  # batch size of validation passes (no gradients: not tuned)
@@ -160,7 +159,7 @@ class ModelSettings:
     """What the Tuner and Trainer modules need to build the model, from ``custom_config``."""
 
     model: str = DEFAULT_MODEL
-    num_classes: int = DEFAULT_NUM_CLASSES
+    num_classes: int | None = None  # None: inferred from the labels (components/features.py)
     label_key: str = LABEL_KEY
 
     def __post_init__(self) -> None:
@@ -169,8 +168,9 @@ class ModelSettings:
                 f"`model` must be one of {', '.join(MODEL_NAMES)} or a model function as "
                 f"package.module:function. Received: model={self.model!r}."
             )
-        validate_positive_int("num_classes", self.num_classes)
-        if self.num_classes < 2:
+        if self.num_classes is None:
+            pass
+        elif validate_positive_int("num_classes", self.num_classes) < 2:
             raise ValueError(
                 f"`num_classes` must be >= 2. Received: num_classes={self.num_classes}."
             )

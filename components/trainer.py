@@ -30,8 +30,6 @@ from tfx_accum import console
 from tfx_accum.components import keras_adapter as adapter
 from tfx_accum.components.data import (
     batched,
-    feature_spec,
-    load_schema,
     load_splits,
     location_for_inputs,
 )
@@ -128,18 +126,15 @@ def run_fn(fn_args: tfx.components.FnArgs) -> None:
             hp.accumulation_steps,
             hp.micro_batch_size,
         )
-    splits = load_splits(fn_args, settings.label_key)
+    splits = load_splits(fn_args, settings.label_key, settings.num_classes)
     # Seeded: the same inputs train the same model (and a resumed run can equal it).
     keras.utils.set_random_seed(TRAINING_SEED)
     with strategy.scope():
         model = build_model(
             settings.model,
-            splits.keys,
-            settings.num_classes,
+            splits.data,
             plan.steps_per_replica,
             hp.learning_rate,
-            splits.mean,
-            splits.variance,
             hp=keras_tuner_values(fn_args),
         )
     # TPUs need static shapes: whole batches only (the GA model then slices statically).
@@ -185,8 +180,7 @@ def run_fn(fn_args: tfx.components.FnArgs) -> None:
             f"{history['val_accuracy'][-1]:.4f} after {int(model.optimizer.iterations)} updates"
         )
     write_budget(fn_args.model_run_dir, updates, plan.global_batch)
-    schema = load_schema(fn_args.schema_path)
-    export_serving_model(model, feature_spec(schema, splits.keys), fn_args.serving_model_dir)
+    export_serving_model(model, splits.data, splits.preprocessor, fn_args.serving_model_dir)
     tf.io.gfile.rmtree(backup_dir)  # finished: a later run with these inputs starts afresh
 
 

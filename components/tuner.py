@@ -72,14 +72,12 @@ class AccumulationHyperModel(keras_tuner.HyperModel):
         space: SearchSpace,
         splits: Splits,
         model_name: str,
-        num_classes: int,
         replicas: int = 1,
     ):
         super().__init__(name="gradient_accumulation")
         self.space = space
         self.splits = splits
         self.model_name = model_name
-        self.num_classes = num_classes
         self.replicas = replicas
         self.last_timing: EpochTimes | None = None  # of the latest fit, for the trial line
         self._models: dict[int, tuple[keras.Model, list]] = {}  # k -> model, initial state
@@ -130,16 +128,7 @@ class AccumulationHyperModel(keras_tuner.HyperModel):
         )
         if (k, own) not in self._models:
             keras.utils.set_random_seed(self.space.seed)
-            model = build_model(
-                self.model_name,
-                self.splits.keys,
-                self.num_classes,
-                k,
-                lr,
-                self.splits.mean,
-                self.splits.variance,
-                hp=hp,
-            )
+            model = build_model(self.model_name, self.splits.data, k, lr, hp=hp)
             model.optimizer.build(model.trainable_variables)
             state = [v.numpy() for v in (*model.variables, *model.optimizer.variables)]
             self._models[(k, own)] = (model, state)
@@ -642,13 +631,13 @@ def tuner_fn(fn_args):
             )
         if gpu_present():
             space = _probe_in_subprocess(fn_args, space, directory or fn_args.working_dir)
-        hypermodel = AccumulationHyperModel(space, None, settings.model, settings.num_classes)
+        hypermodel = AccumulationHyperModel(space, None, settings.model)
         budget = f"{space.examples_per_epoch or 'the training split'}"
     else:
         strategy = choose_strategy()
-        splits = load_splits(fn_args, settings.label_key)
+        splits = load_splits(fn_args, settings.label_key, settings.num_classes)
         hypermodel = AccumulationHyperModel(
-            space, splits, settings.model, settings.num_classes, strategy.num_replicas_in_sync
+            space, splits, settings.model, strategy.num_replicas_in_sync
         )
         if gpu_present():
             _say_dropped(hypermodel.probe_micro_batches())
@@ -692,15 +681,15 @@ def worker_tuner(fn_args, spec: dict) -> tuple[keras_tuner.Tuner, dict]:
     space = SearchSpace.from_config(spec["search_space"])  # as the chief probed it
     if spec.get("probe"):
         # Only the memory probe, for a chief that must not touch the GPU itself.
-        splits = load_splits(fn_args, settings.label_key)
-        hypermodel = AccumulationHyperModel(space, splits, settings.model, settings.num_classes)
+        splits = load_splits(fn_args, settings.label_key, settings.num_classes)
+        hypermodel = AccumulationHyperModel(space, splits, settings.model)
         hypermodel.probe_micro_batches()
         print(json.dumps({"micro_batch_choices": list(hypermodel.space.micro_batch_choices)}))
         return None, {}
     strategy = choose_strategy()
-    splits = load_splits(fn_args, settings.label_key)
+    splits = load_splits(fn_args, settings.label_key, settings.num_classes)
     hypermodel = AccumulationHyperModel(
-        space, splits, settings.model, settings.num_classes, strategy.num_replicas_in_sync
+        space, splits, settings.model, strategy.num_replicas_in_sync
     )
     tuner = make_tuner(space, hypermodel, spec["directory"], None, resume=True)
     return tuner, {"epochs": space.tuning_epochs}

@@ -30,6 +30,7 @@ from tfx_accum import console  # noqa: E402
 from tfx_accum.components import settings  # noqa: E402
 from tfx_accum.components.search_space import ALGORITHMS, SearchSpace  # noqa: E402
 from tfx_accum.pipeline import config  # noqa: E402
+from tfx_accum.pipeline.data import DATA_FORMATS, EMBEDDED  # noqa: E402
 from tfx_accum.pipeline.errors import InputError  # noqa: E402
 
 _SPACE = SearchSpace()  # the search defaults
@@ -141,13 +142,27 @@ def _add_model_options(parser: argparse.ArgumentParser) -> None:
         default=None,
         help=f"{', '.join(settings.MODEL_NAMES)}, or your own model function as "
         f"package.module:function (default {settings.DEFAULT_MODEL} for tabular data, cnn for "
-        "the embedded digits; cnn and densenet121 read a square pixel grid as an image; "
-        "densenet121 is the StackOverflow setup)",
+        "an image feature and the embedded digits; on numeric columns cnn and densenet121 "
+        "read a square pixel grid as an image; densenet121 is the StackOverflow setup)",
     )
     parser.add_argument(
         "--label-key",
         default=settings.LABEL_KEY,
         help="name of the label column (default %(default)s)",
+    )
+    parser.add_argument(
+        "--data-format",
+        choices=DATA_FORMATS,
+        default=None,
+        help="csv, or tfrecord (tf.Example records; read by ImportExampleGen); default: "
+        "what --data-root holds (compile: csv)",
+    )
+    parser.add_argument(
+        "--num-classes",
+        type=int,
+        default=None,
+        help="number of classes (default: inferred from the labels; given, it is checked "
+        "against them)",
     )
     parser.add_argument(
         "--train-steps",
@@ -240,8 +255,15 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--data-root",
         default=None,
-        help="directory of CSV files with a header and a label column "
-        "(default: the embedded 8x8 digits)",
+        help="directory of CSV files with a header and a label column, or of TFRecord files "
+        "of tf.Examples (default: an embedded data set, --embedded)",
+    )
+    run.add_argument(
+        "--embedded",
+        choices=EMBEDDED,
+        default="digits",
+        help="without --data-root: the 8x8 digits as a CSV (default), or as 32x32 PNG "
+        "images in TFRecords (digit-images)",
     )
     run.add_argument(
         "--output-dir",
@@ -382,13 +404,22 @@ def _check_model_name(model: str | None) -> None:
             )
 
 
-def _model_for(args: argparse.Namespace, features: Sequence[str], num_classes: int) -> str:
-    """--model, or the default that fits the data; an image model needs a square grid, and
-    a model function's model must take the data's columns (built once here to check)."""
+def _model_for(args: argparse.Namespace, summary) -> str:
+    """--model, or the default that fits the data (``summary``: pipeline.data.DataSummary).
+
+    Images get ``cnn``, as do the embedded digits (a square pixel grid); tabular data gets
+    ``mlp``. An image model on numeric columns needs a square grid; a model function's
+    model must take the data's features (it is built once here to check).
+    """
+    from tfx_accum.pipeline.data import IMAGE, STRING
+
     model = args.model
     _check_model_name(model)
+    kinds = dict(summary.kinds)
+    has_image = IMAGE in kinds.values()
     if model is None:
-        model = "cnn" if args.data_root is None else settings.DEFAULT_MODEL
+        embedded_grid = args.data_root is None and not has_image
+        model = "cnn" if has_image or embedded_grid else settings.DEFAULT_MODEL
     if settings.is_model_function(model):
         # TensorFlow's start-up lines are not the run's: the console stays clean.
         with console.capture(os.devnull, verbose=args.verbose):
@@ -397,7 +428,8 @@ def _model_for(args: argparse.Namespace, features: Sequence[str], num_classes: i
             from tfx_accum.components.custom_model import ModelFunctionError, call_model_function
 
             try:
-                call_model_function(model, features, num_classes, keras_tuner.HyperParameters())
+                description = summary.description(args.label_key)
+                call_model_function(model, description, keras_tuner.HyperParameters())
             except ModelFunctionError as error:
                 problem = str(error)
             else:
@@ -405,10 +437,26 @@ def _model_for(args: argparse.Namespace, features: Sequence[str], num_classes: i
         if problem:
             raise InputError(problem)
         return model
-    num_features = len(features)
-    if model in settings.IMAGE_MODELS:
+    images = [name for name, kind in kinds.items() if kind == IMAGE]
+    if model == "mlp" and images:
+        raise InputError(
+            f"Model 'mlp' takes numeric and string features; {images[0]!r} is an image. "
+            "Use --model cnn or densenet121."
+        )
+    if model in settings.IMAGE_MODELS and len(images) > 1:
+        raise InputError(
+            f"Model {model!r} reads one image feature; the data has {len(images)} "
+            f"({', '.join(images)}). Write a model function (--model package.module:function)."
+        )
+    if model in settings.IMAGE_MODELS and not images:
+        strings = [name for name, kind in kinds.items() if kind == STRING]
+        if strings:
+            raise InputError(
+                f"Model {model!r} reads the numeric columns as a square image, but "
+                f"{strings[0]!r} is a text column. Use --model mlp."
+            )
         try:
-            settings.image_side(num_features, model)
+            settings.image_side(len(kinds), model)
         except ValueError as error:
             raise InputError(str(error)) from None
     return model
@@ -418,7 +466,7 @@ def _run(args: argparse.Namespace) -> int:
     import datetime
 
     from tfx_accum.pipeline import output_dir as output_dirs
-    from tfx_accum.pipeline.data import DIGITS_CLASSES, DIGITS_COLUMNS, validate_csv_dir
+    from tfx_accum.pipeline.data import embedded_summary, validate_data_root
     from tfx_accum.pipeline.local_runner import LocalPaths, prepare_data
 
     start = time.monotonic()
@@ -427,21 +475,31 @@ def _run(args: argparse.Namespace) -> int:
     output_dir = Path(args.output_dir).resolve()
     output_dirs.check(output_dir)
     # Your data is checked before anything is written (the lock file included); the
-    # embedded digits are written, if need be, once the directory is ours.
-    checked = validate_csv_dir(args.data_root, args.label_key) if args.data_root else None
-    # The model must suit the data.
-    if checked:
-        features = [c for c in checked.columns if c != args.label_key]
-        num_classes = checked.num_classes
+    # embedded data are written, if need be, once the directory is ours.
+    if args.data_root:
+        checked = validate_data_root(
+            args.data_root, args.label_key, args.num_classes, args.data_format
+        )
     else:
-        features, num_classes = DIGITS_COLUMNS, DIGITS_CLASSES
-    model_name = _model_for(args, features, num_classes)
+        checked = None
+    # The model must suit the data.
+    model_name = _model_for(args, checked or embedded_summary(args.embedded))
     with output_dirs.claim(output_dir):
         data_root, checked = prepare_data(
-            args.data_root, LocalPaths(output_dir), args.label_key, checked
+            args.data_root,
+            LocalPaths(output_dir),
+            args.label_key,
+            checked,
+            num_classes=args.num_classes,
+            embedded=args.embedded,
+            data_format=args.data_format,
         )
         if args.model is None:
-            data = "the embedded 8x8 digits" if args.data_root is None else "tabular columns"
+            data = (
+                f"the embedded {args.embedded}"
+                if args.data_root is None
+                else ("image data" if model_name == "cnn" else "tabular data")
+            )
             console.say(f"[data] model: {model_name} (the default for {data}; --model to choose)")
         if checked.label_warning():
             console.say(f"[data] warning: {checked.label_warning()}")
@@ -533,7 +591,14 @@ def _compile(args: argparse.Namespace) -> int:
         )
     except ValueError as error:
         raise InputError(str(error)) from None
-    return compile_from_args(args, {**pipeline_settings(args), "model_settings": model_settings})
+    return compile_from_args(
+        args,
+        {
+            **pipeline_settings(args),
+            "model_settings": model_settings,
+            "data_format": args.data_format or "csv",
+        },
+    )
 
 
 def options_markdown(command: str) -> str:

@@ -1,24 +1,36 @@
-"""The embedded default data set and the checks that run before any component.
+"""The embedded data sets, and what the checks learn about the user's data.
 
 With no data given, the pipeline trains on the 8x8 handwritten digits that ship with
 scikit-learn (1,797 real images, no network), written as one CSV: ``pixel_00`` ...
-``pixel_63`` (integers 0-16) and ``label`` (0-9).
+``pixel_63`` (integers 0-16) and ``label`` (0-9). ``--embedded digit-images`` writes the
+same digits as PNG images (``IMAGE_SIDE`` pixels square, grey) in a TFRecord file of
+``tf.Example``s with an ``image`` (PNG bytes) and a ``label`` (int) feature: the image path.
+
+The checks that read the user's data as ExampleGen will, before any component runs, are in
+:mod:`~tfx_accum.pipeline.csv_check` and :mod:`~tfx_accum.pipeline.tfrecord_check`;
+:func:`validate_data_root` picks one by the files it finds.
 """
 
 from __future__ import annotations
 
-import csv
 import dataclasses
-import math
+import io
 from pathlib import Path
 
 from tfx_accum.pipeline.errors import InputError
-from tfx_accum.pipeline.files import atomic_write_text
+from tfx_accum.pipeline.files import atomic_write, atomic_write_text
 
 DIGITS_FILE = "digits.csv"
 DIGITS_FEATURES = 64  # 8x8 pixels
 DIGITS_COLUMNS = tuple(f"pixel_{i:02d}" for i in range(DIGITS_FEATURES))
 DIGITS_CLASSES = 10
+IMAGES_FILE = "digit_images.tfrecord"
+IMAGE_SIDE = 32  # the embedded digit images, upscaled 4x from 8x8
+EMBEDDED = ("digits", "digit-images")
+CSV, TFRECORD = "csv", "tfrecord"
+DATA_FORMATS = (CSV, TFRECORD)
+TFRECORD_SUFFIXES = (".tfrecord", ".tfrecords", ".tfrecord.gz", ".tfrecords.gz")
+NUMERIC, STRING, IMAGE = "numeric", "string", "image"  # as components/features.py
 
 
 class DataError(InputError):
@@ -52,23 +64,118 @@ def write_embedded_digits(directory: str | Path) -> Path:
     return directory
 
 
+def digit_image_examples() -> list[bytes]:
+    """The digits as serialized ``tf.Example``s {image: PNG bytes, label: int64}."""
+    import numpy as np
+    import tensorflow as tf
+    from PIL import Image
+    from sklearn.datasets import load_digits
+
+    digits = load_digits()
+    scale = IMAGE_SIDE // 8
+    records = []
+    for pixels, label in zip(digits.images, digits.target):
+        grey = np.kron(pixels * (255 / 16), np.ones((scale, scale))).round().astype("uint8")
+        png = io.BytesIO()
+        Image.fromarray(grey, mode="L").save(png, format="PNG")
+        feature = {
+            "image": tf.train.Feature(bytes_list=tf.train.BytesList(value=[png.getvalue()])),
+            "label": tf.train.Feature(int64_list=tf.train.Int64List(value=[int(label)])),
+        }
+        example = tf.train.Example(features=tf.train.Features(feature=feature))
+        records.append(example.SerializeToString())
+    return records
+
+
+def write_embedded_images(directory: str | Path) -> Path:
+    """Writes the digit images' TFRecord file into ``directory`` unless an identical one is
+    there (as :func:`write_embedded_digits`, to keep the TFX cache)."""
+    import tensorflow as tf
+
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    target = directory / IMAGES_FILE
+
+    def write(path: str) -> None:
+        with tf.io.TFRecordWriter(path) as writer:
+            for record in digit_image_examples():
+                writer.write(record)
+
+    if target.exists():
+        fresh = atomic_write(directory / f".{IMAGES_FILE}.check", write)
+        same = fresh.read_bytes() == target.read_bytes()
+        if same:
+            fresh.unlink()
+            return directory
+        fresh.replace(target)
+        return directory
+    atomic_write(target, write)
+    return directory
+
+
 @dataclasses.dataclass(frozen=True)
-class CsvSummary:
+class DataSummary:
+    """What the check learned about a data root: files, features, rows and classes."""
+
+    format: str  # CSV or TFRECORD
     files: tuple[str, ...]
-    columns: tuple[str, ...]
+    columns: tuple[str, ...]  # every column or feature, the label included, in file order
+    kinds: tuple[tuple[str, str], ...]  # (feature, NUMERIC | STRING | IMAGE), label excluded
     rows: int
     num_classes: int
-    labels: tuple[int, ...] = ()  # the distinct class indices seen
+    labels: tuple[int, ...] = ()  # the distinct class indices seen (integer labels)
+    label_vocabulary: tuple[str, ...] = ()  # string labels, sorted
+    missing: tuple[tuple[str, int], ...] = ()  # features with missing values: (name, count)
+    image_shapes: tuple[tuple[str, tuple[int, int, int]], ...] = ()
+    vocabularies: tuple[tuple[str, tuple[str, ...]], ...] = ()  # string features (bounded)
+
+    @property
+    def features(self) -> list[str]:
+        return [name for name, _ in self.kinds]
+
+    def kind_counts(self) -> str:
+        """``64 numeric``, ``3 numeric, 1 string``, ``1 image 32x32x1``, for the data line."""
+        parts = []
+        for kind in (NUMERIC, STRING, IMAGE):
+            names = [n for n, k in self.kinds if k == kind]
+            if names:
+                shape = ""
+                if kind == IMAGE:
+                    h, w, c = dict(self.image_shapes)[names[0]]
+                    shape = f" {h}x{w}x{c}"
+                parts.append(f"{len(names)} {kind}{shape}")
+        missing = sum(count for _, count in self.missing)
+        return ", ".join(parts) + (f"; {missing} missing values" if missing else "")
 
     def label_warning(self) -> str | None:
         """A line to show when class indices do not start at 0 or leave gaps."""
         unused = self.num_classes - len(self.labels)
-        if unused <= 0:
+        if self.label_vocabulary or unused <= 0:
             return None
         return (
             f"labels {_ranges(self.labels)}: {unused} of the {self.num_classes} classes "
             "0..{0} have no example (class indices should be 0..N-1)".format(self.num_classes - 1)
         )
+
+    def description(self, label_key: str):
+        """The model's inputs as the components will see them (statistics left neutral),
+        for checking a model function before anything runs."""
+        from tfx_accum.components.features import DataDescription, InputFeature
+
+        shapes, vocabularies = dict(self.image_shapes), dict(self.vocabularies)
+        features = tuple(
+            InputFeature(
+                name,
+                kind,
+                vocabulary=vocabularies.get(name, ()),
+                image_shape=shapes.get(name, (0, 0, 0)),
+            )
+            for name, kind in self.kinds
+        )
+        return DataDescription(features, label_key, self.num_classes, self.label_vocabulary)
+
+
+CsvSummary = DataSummary  # the name of earlier releases
 
 
 def _ranges(values: tuple[int, ...]) -> str:
@@ -76,128 +183,108 @@ def _ranges(values: tuple[int, ...]) -> str:
     return shown + (", ..." if len(values) > 6 else "")
 
 
-def _check_header(path: Path, header: list[str], label_key: str) -> None:
-    """What CsvExampleGen would read differently from what the user meant."""
-    if header and header[0].startswith("\ufeff"):
-        raise DataError(
-            f"{path} starts with a UTF-8 byte-order mark (BOM), which would become part of "
-            f"the first column's name ({header[0][1:]!r}); save it as UTF-8 without BOM."
-        )
-    for index, name in enumerate(header, start=1):
-        if not name.strip():
+def check_class_count(
+    labels: set[int], num_classes: int | None, where_max: str, label_key: str
+) -> int:
+    """The number of classes of integer labels: inferred, or the user's, checked."""
+    max_label = max(labels)
+    if num_classes is not None:
+        if max_label >= num_classes:
             raise DataError(
-                f"{path}, column {index} has no name (a pandas index written by to_csv?); "
-                "it would become a feature and can leak the label. Write the CSV with "
-                "index=False, or name or drop that column."
+                f"{where_max}, column {label_key!r}: label {max_label} is outside "
+                f"0..{num_classes - 1} (--num-classes {num_classes}); fix the label or raise "
+                "--num-classes."
             )
-        if name != name.strip():
-            raise DataError(
-                f"{path}, column {index}: the name {name!r} has spaces around it (spaces "
-                "after the commas?). CsvExampleGen keeps them; remove them."
-            )
-
-
-def _is_remote(path: str) -> bool:
-    return "://" in path
-
-
-def validate_csv_dir(data_root: str, label_key: str) -> CsvSummary:
-    """Checks a CSV directory the way CsvExampleGen and the model will need it.
-
-    Raises DataError naming the file, line and column of the first problem.
-    """
-    root = Path(data_root)
-    if not root.exists():
-        raise DataError(
-            f"Data root {data_root!r} does not exist. Pass --data-root DIR with "
-            "CSV files, or leave it out to use the embedded digits."
-        )
-    if not root.is_dir():
-        raise DataError(
-            f"Data root {data_root!r} is a file; pass the directory that holds the CSV files."
-        )
-    files = sorted(p for p in root.iterdir() if p.suffix == ".csv" and p.is_file())
-    if not files:
-        raise DataError(
-            f"Data root {data_root!r} holds no .csv file. Put one or more CSV "
-            f"files with a header row and a {label_key!r} column there."
-        )
-    columns: list[str] | None = None
-    rows, max_label = 0, -1
-    labels: set[int] = set()
-    for path in files:
-        with path.open(newline="") as handle:
-            reader = csv.reader(handle)
-            header = next(reader, None)
-            if not header:
-                raise DataError(f"{path} is empty: a header row is required.")
-            _check_header(path, header, label_key)
-            if label_key not in header:
-                raise DataError(
-                    f"{path} has no label column {label_key!r} (columns: "
-                    f"{', '.join(header[:8])}{'...' if len(header) > 8 else ''}). Add it, or "
-                    "name the label column with --label-key."
-                )
-            if columns is None:
-                columns = header
-            elif header != columns:
-                raise DataError(
-                    f"{path} has different columns from {files[0]}; all CSV files "
-                    "must share one header."
-                )
-            label_index = header.index(label_key)
-            for line_no, row in enumerate(reader, start=2):
-                if not row:
-                    continue
-                if len(row) != len(header):
-                    raise DataError(
-                        f"{path}, line {line_no}: {len(row)} values for {len(header)} columns."
-                    )
-                for name, value in zip(header, row):
-                    if value != value.strip():
-                        raise DataError(
-                            f"{path}, line {line_no}, column {name!r}: {value!r} has spaces "
-                            "around it, which CsvExampleGen reads as text, not a number; "
-                            "remove them."
-                        )
-                    try:
-                        number = float(value)
-                    except ValueError:
-                        raise DataError(
-                            f"{path}, line {line_no}, column {name!r}: {value!r} is not a "
-                            "number. Every feature and the label must be numeric."
-                        ) from None
-                    if not math.isfinite(number):
-                        raise DataError(
-                            f"{path}, line {line_no}, column {name!r}: {value!r} "
-                            "is not a finite number."
-                        )
-                label = float(row[label_index])
-                if label < 0 or label != int(label):
-                    raise DataError(
-                        f"{path}, line {line_no}: label {row[label_index]!r} must be "
-                        "a class index (integer >= 0)."
-                    )
-                max_label = max(max_label, int(label))
-                labels.add(int(label))
-                rows += 1
-    if rows == 0:
-        raise DataError(f"The CSV files in {data_root!r} have a header but no data rows.")
+        return num_classes
     if max_label < 1:
         raise DataError("The label column has a single class; classification needs at least 2.")
-    if len(columns) < 2:
-        raise DataError("The CSV has no feature column besides the label.")
     if max_label + 1 > 2 * len(labels) and max_label + 1 > len(labels) + 10:
         raise DataError(
             f"The label column has {len(labels)} distinct values up to {max_label} "
             f"({_ranges(tuple(sorted(labels)))}): as class indices that is a "
             f"{max_label + 1}-class output with {max_label + 1 - len(labels)} empty classes. "
-            "Map the labels to 0..N-1 first."
+            "Map the labels to 0..N-1 first, or pass --num-classes to confirm."
         )
-    return CsvSummary(
-        tuple(str(f) for f in files),
-        tuple(columns),
-        rows,
-        max_label + 1,
-        tuple(sorted(labels)),
+    return max_label + 1
+
+
+def check_label_vocabulary(vocabulary: set[str], num_classes: int | None) -> int:
+    if len(vocabulary) < 2:
+        raise DataError("The label column has a single class; classification needs at least 2.")
+    if num_classes is not None and num_classes != len(vocabulary):
+        raise DataError(
+            f"--num-classes {num_classes}, but the labels have {len(vocabulary)} distinct "
+            f"values ({', '.join(sorted(vocabulary)[:6])}...); leave --num-classes out."
+        )
+    return len(vocabulary)
+
+
+def embedded_summary(name: str) -> DataSummary:
+    """What the embedded data set ``name`` holds, without writing or reading it (for the
+    checks that run before the output directory is claimed)."""
+    labels = tuple(range(DIGITS_CLASSES))
+    if name == "digits":
+        return DataSummary(
+            CSV,
+            (),
+            (*DIGITS_COLUMNS, "label"),
+            tuple((c, NUMERIC) for c in DIGITS_COLUMNS),
+            1797,
+            DIGITS_CLASSES,
+            labels,
+        )
+    return DataSummary(
+        TFRECORD,
+        (),
+        ("image", "label"),
+        (("image", IMAGE),),
+        1797,
+        DIGITS_CLASSES,
+        labels,
+        image_shapes=(("image", (IMAGE_SIDE, IMAGE_SIDE, 1)),),
     )
+
+
+def write_embedded(name: str, directory: str | Path) -> Path:
+    """Writes the embedded data set ``name`` (one of ``EMBEDDED``) into ``directory``."""
+    if name == "digits":
+        return write_embedded_digits(directory)
+    return write_embedded_images(directory)
+
+
+def data_format(data_root: str, requested: str | None = None) -> str:
+    """``csv`` or ``tfrecord``: ``requested``, else what the directory holds."""
+    root = Path(data_root)
+    if not root.exists():
+        raise DataError(
+            f"Data root {data_root!r} does not exist. Pass --data-root DIR with CSV or "
+            "TFRecord files, or leave it out to use the embedded digits."
+        )
+    if not root.is_dir():
+        raise DataError(
+            f"Data root {data_root!r} is a file; pass the directory that holds the data files."
+        )
+    if requested is not None:
+        return requested
+    names = [p.name for p in root.iterdir() if p.is_file()]
+    has_csv = any(n.endswith(".csv") for n in names)
+    has_records = any(n.endswith(TFRECORD_SUFFIXES) for n in names)
+    if has_csv and has_records:
+        raise DataError(
+            f"Data root {data_root!r} holds both .csv and TFRecord files; pass "
+            "--data-format csv or tfrecord."
+        )
+    return TFRECORD if has_records else CSV
+
+
+def validate_data_root(
+    data_root: str, label_key: str, num_classes: int | None = None, requested: str | None = None
+) -> DataSummary:
+    """Checks a data root (CSV or TFRecord files) as ExampleGen and the model will read it."""
+    if data_format(data_root, requested) == TFRECORD:
+        from tfx_accum.pipeline.tfrecord_check import validate_tfrecord_dir
+
+        return validate_tfrecord_dir(data_root, label_key, num_classes)
+    from tfx_accum.pipeline.csv_check import validate_csv_dir
+
+    return validate_csv_dir(data_root, label_key, num_classes)

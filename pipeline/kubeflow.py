@@ -23,7 +23,6 @@ import yaml
 
 from tfx_accum import console
 from tfx_accum.components.search_space import SearchSpace
-from tfx_accum.components.settings import DEFAULT_NUM_CLASSES
 from tfx_accum.components.strategy import ACCELERATOR_ENV, NODE_POOL_ENV
 from tfx_accum.pipeline import config
 from tfx_accum.pipeline.beam import pod_beam_args
@@ -303,7 +302,7 @@ def _add_retry_policy(pipeline_spec: dict[str, Any]) -> None:
 
 
 # Never served from the cache on Kubeflow: it is what reads the data root.
-UNCACHED_COMPONENTS = ("CsvExampleGen",)
+UNCACHED_COMPONENTS = ("CsvExampleGen", "ImportExampleGen")
 
 
 def _never_cache_data_reads(pipeline_spec: dict[str, Any]) -> None:
@@ -479,7 +478,7 @@ def add_compile_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--data-root",
         required=True,
-        help="remote URI of the CSV directory, e.g. gs://BUCKET/data/digits",
+        help="remote URI of the CSV or TFRecord directory, e.g. gs://BUCKET/data/digits",
     )
     parser.add_argument(
         "--target",
@@ -490,12 +489,6 @@ def add_compile_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--profiles", default=None, help="extra YAML file of node-pool profiles (same shape)"
-    )
-    parser.add_argument(
-        "--num-classes",
-        type=int,
-        default=DEFAULT_NUM_CLASSES,
-        help="number of classes in the label column (default %(default)s)",
     )
 
 

@@ -21,7 +21,7 @@ from tfx_accum.components.peak_memory import host_peak_mb, reset_host_peak
 from tfx_accum.components.settings import DEFAULT_MODEL, LABEL_KEY, ModelSettings
 from tfx_accum.pipeline import config
 from tfx_accum.pipeline.beam import available_cpus, local_beam_args
-from tfx_accum.pipeline.data import CsvSummary, validate_csv_dir, write_embedded_digits
+from tfx_accum.pipeline.data import DataSummary, validate_data_root, write_embedded
 from tfx_accum.pipeline.errors import InputError
 
 ORCHESTRATORS = ("local", "beam")
@@ -43,9 +43,8 @@ class LocalPaths:
     def serving_model_dir(self) -> Path:
         return self.output_dir / "serving_model"
 
-    @property
-    def embedded_data_dir(self) -> Path:
-        return self.output_dir / "data" / "digits"
+    def embedded_data_dir(self, name: str = "digits") -> Path:
+        return self.output_dir / "data" / name
 
 
 _current: list[str] = []  # the component running now, for an interrupt's message
@@ -115,19 +114,34 @@ def _install_progress() -> _ProgressHandler:
 
 
 def prepare_data(
-    data_root: str | None, paths: LocalPaths, label_key: str, checked: CsvSummary | None = None
-) -> tuple[str, CsvSummary]:
-    """The data root to use (embedded digits when None), validated before anything runs.
+    data_root: str | None,
+    paths: LocalPaths,
+    label_key: str,
+    checked: DataSummary | None = None,
+    *,
+    num_classes: int | None = None,
+    embedded: str = "digits",
+    data_format: str | None = None,
+) -> tuple[str, DataSummary]:
+    """The data root to use (the embedded data set ``embedded`` when None), validated
+    before anything runs.
 
     ``checked``: ``data_root``'s summary when the caller has validated it already.
     """
     if data_root is None:
-        data_root = str(write_embedded_digits(paths.embedded_data_dir))
-        console.say(f"[data] no --data-root given: using the embedded digits ({data_root})")
-    summary = checked or validate_csv_dir(data_root, label_key)
+        data_root = str(write_embedded(embedded, paths.embedded_data_dir(embedded)))
+        console.say(f"[data] no --data-root given: using the embedded {embedded} ({data_root})")
+    summary = checked or validate_data_root(data_root, label_key, num_classes, data_format)
+    classes = (
+        f"{summary.num_classes} classes ({', '.join(summary.label_vocabulary[:5])}"
+        + (", ..." if summary.num_classes > 5 else "")
+        + ")"
+        if summary.label_vocabulary
+        else f"{summary.num_classes} classes"
+    )
     console.say(
-        f"[data] {len(summary.files)} CSV file(s), {summary.rows} rows, "
-        f"{len(summary.columns) - 1} features, {summary.num_classes} classes"
+        f"[data] {len(summary.files)} {'TFRecord' if summary.format == 'tfrecord' else 'CSV'} "
+        f"file(s), {summary.rows} rows, features: {summary.kind_counts()}; {classes}"
     )
     return str(Path(data_root).resolve()), summary
 
@@ -140,7 +154,7 @@ def run_local(
     model_name: str = DEFAULT_MODEL,
     label_key: str = LABEL_KEY,
     enable_cache: bool = True,
-    checked: CsvSummary | None = None,
+    checked: DataSummary | None = None,
     **pipeline_settings: Any,
 ) -> LocalPaths:
     """Validates the inputs, then builds and runs the pipeline; returns where it wrote.
@@ -158,7 +172,9 @@ def run_local(
         data_root, checked = prepare_data(data_root, paths, label_key)
     summary = checked
     try:
-        model_settings = ModelSettings(model_name, summary.num_classes, label_key)
+        # String labels: the components learn the label vocabulary from the training split.
+        classes = None if summary.label_vocabulary else summary.num_classes
+        model_settings = ModelSettings(model_name, classes, label_key)
     except ValueError as error:
         raise InputError(str(error)) from None
 
@@ -181,6 +197,7 @@ def run_local(
         model_settings=model_settings,
         metadata_path=str(paths.metadata_path),
         enable_cache=enable_cache,
+        data_format=summary.format,
         **pipeline_settings,
     )
     _install_progress()

@@ -1,4 +1,7 @@
-"""The TFX pipeline: CsvExampleGen through Pusher, shared by the local and Kubeflow runners.
+"""The TFX pipeline: ExampleGen through Pusher, shared by the local and Kubeflow runners.
+
+ExampleGen is CsvExampleGen for CSV files, or ImportExampleGen for TFRecord files of
+``tf.Example``s (``data_format``).
 
 The Tuner and Trainer code is referenced by dotted path (``tuner_fn=``, ``run_fn=``), not
 ``module_file``, so it ships inside the installed package (and the container image) and a
@@ -15,7 +18,7 @@ import tensorflow_model_analysis as tfma
 from tfx import v1 as tfx
 from tfx.proto import example_gen_pb2
 
-from tfx_accum.components.export import OUTPUT_KEY, SERVING_SIGNATURE
+from tfx_accum.components.export import LABELS_SIGNATURE, OUTPUT_KEY, SERVING_SIGNATURE
 from tfx_accum.components.search_space import SearchSpace
 from tfx_accum.components.settings import (
     ACCURACY_THRESHOLD,
@@ -34,7 +37,12 @@ def eval_config(label_key: str, accuracy_threshold: float) -> tfma.EvalConfig:
     return tfma.EvalConfig(
         model_specs=[
             tfma.ModelSpec(
-                label_key=label_key, signature_name=SERVING_SIGNATURE, prediction_key=OUTPUT_KEY
+                label_key=label_key,
+                signature_name=SERVING_SIGNATURE,
+                prediction_key=OUTPUT_KEY,
+                # The label as a class index, from the model's own label vocabulary (string
+                # labels) or range check (components/export.py).
+                preprocessing_function_names=[LABELS_SIGNATURE],
             )
         ],
         slicing_specs=[tfma.SlicingSpec()],
@@ -56,6 +64,24 @@ def eval_config(label_key: str, accuracy_threshold: float) -> tfma.EvalConfig:
     )
 
 
+# ExampleGen's file pattern per data format (pipeline/data.py detects the format).
+PATTERNS = {"csv": "*.csv", "tfrecord": "*.tfrecord*"}
+
+
+def example_gen_component(data_root: str, data_format: str):
+    """CsvExampleGen for CSV files, ImportExampleGen for TFRecords of tf.Examples."""
+    if data_format not in PATTERNS:
+        raise ValueError(
+            f"`data_format` must be one of {', '.join(PATTERNS)}. Received: {data_format!r}."
+        )
+    input_config = example_gen_pb2.Input(
+        splits=[example_gen_pb2.Input.Split(name="single_split", pattern=PATTERNS[data_format])]
+    )
+    if data_format == "csv":
+        return tfx.components.CsvExampleGen(input_base=data_root, input_config=input_config)
+    return tfx.components.ImportExampleGen(input_base=data_root, input_config=input_config)
+
+
 def create_pipeline(
     pipeline_name: str,
     pipeline_root: str,
@@ -73,6 +99,7 @@ def create_pipeline(
     beam_pipeline_args: Sequence[str] | None = None,
     enable_cache: bool = True,
     parallel_trials: int = 1,
+    data_format: str = "csv",
 ) -> tfx.dsl.Pipeline:
     """Builds the pipeline. ``metadata_path=None`` leaves ML Metadata to the orchestrator.
 
@@ -84,18 +111,14 @@ def create_pipeline(
     runners size it: :mod:`tfx_accum.pipeline.beam`).
     ``parallel_trials``: Keras Tuner trials run side by side in worker processes of the
     Tuner (:mod:`tfx_accum.components.parallel_search`); 1 runs them one after another.
+    ``data_format``: ``csv`` or ``tfrecord`` (``tf.Example`` records).
     """
     search_space = search_space or SearchSpace()
     model_settings = model_settings or ModelSettings()
     custom_config: dict[str, Any] = model_settings.to_custom_config()
     label_key = model_settings.label_key
 
-    example_gen = tfx.components.CsvExampleGen(
-        input_base=data_root,
-        input_config=example_gen_pb2.Input(
-            splits=[example_gen_pb2.Input.Split(name="single_split", pattern="*.csv")]
-        ),
-    )
+    example_gen = example_gen_component(data_root, data_format)
     statistics_gen = tfx.components.StatisticsGen(examples=example_gen.outputs["examples"])
     schema_gen = tfx.components.SchemaGen(
         statistics=statistics_gen.outputs["statistics"], infer_feature_shape=True

@@ -11,15 +11,17 @@ import pytest
 import tensorflow as tf
 
 from tfx_accum.components.data import Splits
+from tfx_accum.components.features import DataDescription, Preprocessor
 from tfx_accum.components.models import build_model
 from tfx_accum.components.search_space import SearchSpace
 from tfx_accum.components.strategy import choose_strategy, replica_plan, strategy_kind
 from tfx_accum.components.trainer import StopAfterUpdates
 from tfx_accum.components.tuner import AccumulationHyperModel, make_tuner
+from tfx_accum.pipeline.csv_check import validate_csv_dir
 from tfx_accum.pipeline.data import (
     DataError,
     digits_csv_text,
-    validate_csv_dir,
+    embedded_summary,
     write_embedded_digits,
 )
 
@@ -98,14 +100,14 @@ def test_choose_strategy_on_this_cpu_machine_is_the_default_one():
 
 def test_densenet_option_is_the_stackoverflow_setup():
     keys = [f"pixel_{i:02d}" for i in range(64)]
-    model = build_model("densenet121", keys, 10, 2, 1e-3)
+    model = build_model("densenet121", DataDescription.numeric(keys, 10), 2, 1e-3)
     assert model.gradient_accumulation_steps == 2
     assert any(layer.name == "densenet121" for layer in model.layers)
     assert any(isinstance(layer, keras.layers.Resizing) for layer in model.layers)
     batch = {k: np.zeros((2, 1), "float32") for k in keys}
     assert model.predict(batch, verbose=0).shape == (2, 10)
     with pytest.raises(ValueError, match="not a square number"):
-        build_model("cnn", keys[:10], 10, 2, 1e-3)
+        build_model("cnn", DataDescription.numeric(keys[:10], 10), 2, 1e-3)
 
 
 def test_training_stops_after_exactly_train_steps_updates():
@@ -126,7 +128,8 @@ def _tiny_splits() -> Splits:
     y = (x[:, 0] > 0).astype("int64")
     features = {k: x[:, i : i + 1] for i, k in enumerate(keys)}
     ds = tf.data.Dataset.from_tensor_slices((features, y))
-    return Splits(ds, ds, keys, 96, np.zeros(4), np.ones(4))
+    data = DataDescription.numeric(keys, 2)
+    return Splits(ds, ds, data, 96, Preprocessor(data))
 
 
 class _OutOfMemoryAbove32(AccumulationHyperModel):
@@ -154,7 +157,7 @@ def _search(tmp_path, micro_choices, trials):
         max_trials=trials,
         tuning_epochs=1,
     )
-    hypermodel = _OutOfMemoryAbove32(space, _tiny_splits(), "mlp", 2)
+    hypermodel = _OutOfMemoryAbove32(space, _tiny_splits(), "mlp")
     tuner = make_tuner(space, hypermodel, str(tmp_path))
     tuner.search(epochs=1)
     return tuner
@@ -191,9 +194,7 @@ def test_max_effective_batch_shapes_the_proposals(algorithm, tmp_path):
         tuning_epochs=2,
         max_effective_batch=16,
     )
-    tuner = make_tuner(
-        space, AccumulationHyperModel(space, _tiny_splits(), "mlp", 2), str(tmp_path)
-    )
+    tuner = make_tuner(space, AccumulationHyperModel(space, _tiny_splits(), "mlp"), str(tmp_path))
     tuner.search(epochs=2)
     trials = list(tuner.oracle.trials.values())
     assert trials
@@ -273,13 +274,11 @@ def test_a_reused_trial_model_trains_like_a_fresh_one():
         hypermodel.fit(values, model, epochs=2)
         return [w.copy() for w in model.get_weights()], int(model.optimizer.iterations)
 
-    reused = AccumulationHyperModel(space, _tiny_splits(), "mlp", 2)
+    reused = AccumulationHyperModel(space, _tiny_splits(), "mlp")
     train(reused, hp(16, 0.05))
     second, updates = train(reused, hp(8, 0.01))
     assert len(reused._models) == 1  # one model for k=2
-    fresh, fresh_updates = train(
-        AccumulationHyperModel(space, _tiny_splits(), "mlp", 2), hp(8, 0.01)
-    )
+    fresh, fresh_updates = train(AccumulationHyperModel(space, _tiny_splits(), "mlp"), hp(8, 0.01))
     assert updates == fresh_updates == 2 * 6  # 96 rows at effective batch 2 x 8 = 16
     assert max(float(np.max(np.abs(a - b))) for a, b in zip(second, fresh)) < 1e-6
 
@@ -306,22 +305,35 @@ def test_labels_that_skip_class_zero_are_warned_about(tmp_path):
     assert "1 of the 3 classes 0..2 have no example" in summary.label_warning()
 
 
-def test_the_default_model_follows_the_data_and_image_models_need_a_square_grid():
+def test_the_default_model_follows_the_data_and_image_models_need_a_square_grid(tmp_path):
     import argparse
 
     from tfx_accum.pipeline.cli import _model_for
     from tfx_accum.pipeline.errors import InputError
 
     def args(model, data_root):
-        return argparse.Namespace(model=model, data_root=data_root, verbose=False)
+        return argparse.Namespace(model=model, data_root=data_root, verbose=False, label_key="y")
 
-    def columns(n):
-        return [f"f{i}" for i in range(n)]
+    def columns(n, text=0):
+        header = [f"f{i}" for i in range(n)] + [f"t{i}" for i in range(text)] + ["y"]
+        row = ["1"] * n + ["a"] * text
+        lines = [",".join(header), ",".join([*row, "0"]), ",".join([*row, "1"])]
+        directory = tmp_path / f"{n}-{text}-{len(list(tmp_path.iterdir()))}"
+        directory.mkdir()
+        (directory / "d.csv").write_text("\n".join(lines) + "\n")
+        return validate_csv_dir(str(directory), "y")
 
-    assert _model_for(args(None, None), columns(64), 10) == "cnn"  # the embedded 8x8 digits
-    assert _model_for(args(None, "/my/csvs"), columns(4), 3) == "mlp"  # never a 2x2 "image"
-    assert _model_for(args("cnn", "/my/csvs"), columns(64), 10) == "cnn"  # declared grid
+    digits, images = embedded_summary("digits"), embedded_summary("digit-images")
+    assert _model_for(args(None, None), digits) == "cnn"  # the embedded 8x8 digits
+    assert _model_for(args(None, None), images) == "cnn"  # an image feature
+    assert _model_for(args(None, "/my/csvs"), columns(4)) == "mlp"  # never a 2x2 "image"
+    assert _model_for(args(None, "/my/csvs"), columns(64)) == "mlp"  # a grid is declared
+    assert _model_for(args("cnn", "/my/csvs"), columns(64)) == "cnn"  # declared grid
     with pytest.raises(InputError, match="30 feature columns.*--model mlp"):
-        _model_for(args("cnn", "/my/csvs"), columns(30), 2)
+        _model_for(args("cnn", "/my/csvs"), columns(30))
     with pytest.raises(InputError, match="too small an image"):
-        _model_for(args("densenet121", "/my/csvs"), columns(4), 2)
+        _model_for(args("densenet121", "/my/csvs"), columns(4))
+    with pytest.raises(InputError, match="'t0' is a text column. Use --model mlp"):
+        _model_for(args("cnn", "/my/csvs"), columns(63, text=1))
+    with pytest.raises(InputError, match="'image' is an image. Use --model cnn"):
+        _model_for(args("mlp", None), images)

@@ -109,6 +109,40 @@ def write_csv(directory: Path, text: str) -> Path:
     return directory
 
 
+def write_csvs(directory: Path, *texts: str) -> Path:
+    """Files a.csv, b.csv, ... with the given contents."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for name, text in zip("abcdef", texts):
+        (directory / f"{name}.csv").write_text(text)
+    return directory
+
+
+def _png() -> bytes:
+    return tf.io.encode_png(tf.zeros((4, 4, 1), tf.uint8)).numpy()
+
+
+PNG = _png()
+
+
+def write_records(directory: Path, *files: list[list]) -> Path:
+    """TFRecord files a.tfrecord, b.tfrecord, ... of examples [image, label(, size)]."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for name, rows in zip("abcdef", files):
+        with tf.io.TFRecordWriter(str(directory / f"{name}.tfrecord")) as writer:
+            for row in rows:
+                feature = {
+                    "image": tf.train.Feature(bytes_list=tf.train.BytesList(value=[row[0]])),
+                    "label": tf.train.Feature(int64_list=tf.train.Int64List(value=[row[1]])),
+                }
+                if len(row) > 2:
+                    feature["size"] = tf.train.Feature(
+                        float_list=tf.train.FloatList(value=[row[2]])
+                    )
+                example = tf.train.Example(features=tf.train.Features(feature=feature))
+                writer.write(example.SerializeToString())
+    return directory
+
+
 BAD_INPUTS = {
     "missing data root": (lambda tmp: ["--data-root", str(tmp / "nope")], "does not exist"),
     "no csv": (
@@ -119,9 +153,65 @@ BAD_INPUTS = {
         lambda tmp: ["--data-root", str(write_csv(tmp / "nolabel", "a,b\n1,2\n3,4\n"))],
         "no label column 'label'",
     ),
-    "non-numeric pixel": (
-        lambda tmp: ["--data-root", str(write_csv(tmp / "text", "pixel_00,label\n1,0\nabc,1\n"))],
-        "line 3, column 'pixel_00': 'abc'",
+    "number with spaces": (
+        lambda tmp: ["--data-root", str(write_csv(tmp / "text", "pixel_00,label\n1,0\n 2,1\n"))],
+        "line 3, column 'pixel_00': ' 2' has spaces around it",
+    ),
+    "missing label": (
+        lambda tmp: ["--data-root", str(write_csv(tmp / "nolab", "a,label\n1,0\n2,\n3,1\n"))],
+        "line 3, column 'label': the label is missing",
+    ),
+    "label outside --num-classes": (
+        lambda tmp: [
+            "--data-root",
+            str(write_csv(tmp / "range", "a,label\n1,0\n2,1\n3,2\n")),
+            "--num-classes",
+            "2",
+        ],  # fmt: skip
+        "line 4, column 'label': label 2 is outside 0..1 (--num-classes 2)",
+    ),
+    "string labels and --num-classes": (
+        lambda tmp: [
+            "--data-root",
+            str(write_csv(tmp / "names", "a,label\n1,cat\n2,dog\n")),
+            "--num-classes",
+            "3",
+        ],  # fmt: skip
+        "--num-classes 3, but the labels have 2 distinct values",
+    ),
+    "a file lacks a column": (
+        lambda tmp: [
+            "--data-root",
+            str(write_csvs(tmp / "mixed", "a,b,label\n1,2,0\n", "a,label\n1,1\n")),
+        ],
+        "b.csv lacks column(s) 'b' that",
+    ),
+    "a file without header": (
+        lambda tmp: [
+            "--data-root",
+            str(write_csvs(tmp / "nohead", "a,label\n1,0\n", "2,1\n3,0\n")),
+        ],
+        "b.csv, line 1 looks like data (2, 1...), not a header",
+    ),
+    "image that does not decode": (
+        lambda tmp: ["--data-root", str(write_records(tmp / "badimg", [[PNG, 0], [PNG[:40], 1]]))],
+        "a.tfrecord, record 2, feature 'image': the image does not decode",
+    ),
+    "feature missing from a file": (
+        lambda tmp: [
+            "--data-root",
+            str(write_records(tmp / "lack", [[PNG, 0, 1.0], [PNG, 1, 2.0]], [[PNG, 1]])),
+        ],
+        "b.tfrecord has no feature 'size' in any record, while",
+    ),
+    "label outside the class range (TFRecord)": (
+        lambda tmp: [
+            "--data-root",
+            str(write_records(tmp / "lab", [[PNG, 0], [PNG, 5]])),
+            "--num-classes",
+            "3",
+        ],  # fmt: skip
+        "a.tfrecord, record 2, column 'label': label 5 is outside 0..2",
     ),
     "non-positive choices": (lambda tmp: ["--steps-choices", "0,2"], "positive integers"),
     "empty lr range": (

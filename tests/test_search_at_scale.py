@@ -123,9 +123,7 @@ def _duplicate_prone_space(**overrides) -> SearchSpace:
 
 
 def _search(space: SearchSpace, directory: Path):
-    tuner = make_tuner(
-        space, AccumulationHyperModel(space, _tiny_splits(), "mlp", 2), str(directory)
-    )
+    tuner = make_tuner(space, AccumulationHyperModel(space, _tiny_splits(), "mlp"), str(directory))
     tuner.search(epochs=space.tuning_epochs)
     return tuner, list(tuner.oracle.trials.values())
 
@@ -175,7 +173,7 @@ def test_the_best_hyperparameters_are_the_fastest_split_and_it_trains_the_same_w
 
     # The re-split trains the same weights as another split of the effective batch.
     space = _duplicate_prone_space()
-    hypermodel = AccumulationHyperModel(space, _tiny_splits(), "mlp", 2)
+    hypermodel = AccumulationHyperModel(space, _tiny_splits(), "mlp")
 
     def train(k, m):
         hp = keras_tuner.HyperParameters()
@@ -205,7 +203,7 @@ def test_micro_batches_that_do_not_fit_are_dropped_before_the_search(tmp_path):
 
     # Through the hypermodel: the real step runs, the device limit is simulated.
     space = _duplicate_prone_space(max_trials=6)
-    hypermodel = AccumulationHyperModel(space, _tiny_splits(), "mlp", 2)
+    hypermodel = AccumulationHyperModel(space, _tiny_splits(), "mlp")
     real_step = hypermodel._one_step
 
     def limited(micro):

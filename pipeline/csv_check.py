@@ -1,0 +1,203 @@
+"""Checks a directory of CSV files the way CsvExampleGen and the model will read it.
+
+CsvExampleGen (tfx_bsl's CSV decoder) types each column as INT when every value is an
+integer, FLOAT when every value is a number, and BYTES otherwise; an empty cell is a missing
+value. This check reads the files with the same rules, so what it accepts the pipeline
+reads with the same columns and types, and it names the file, line and column of the first
+problem (exit code 2 before anything runs).
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+
+from tfx_accum.pipeline.data import (
+    CSV,
+    IMAGE,
+    NUMERIC,
+    STRING,
+    DataError,
+    DataSummary,
+    check_class_count,
+    check_label_vocabulary,
+)
+
+MAX_VOCABULARY = 1_000  # as components/features.py: string values shown to a model function
+
+
+def _check_header(path: Path, header: list[str]) -> None:
+    """What CsvExampleGen would read differently from what the user meant."""
+    if header and header[0].startswith("\ufeff"):
+        raise DataError(
+            f"{path} starts with a UTF-8 byte-order mark (BOM), which would become part of "
+            f"the first column's name ({header[0][1:]!r}); save it as UTF-8 without BOM."
+        )
+    if all(_number(name) is not None for name in header):
+        raise DataError(
+            f"{path}, line 1 looks like data ({', '.join(header[:4])}...), not a header: "
+            "every CSV file needs the same header row."
+        )
+    for index, name in enumerate(header, start=1):
+        if not name.strip():
+            raise DataError(
+                f"{path}, column {index} has no name (a pandas index written by to_csv?); "
+                "it would become a feature and can leak the label. Write the CSV with "
+                "index=False, or name or drop that column."
+            )
+        if name != name.strip():
+            raise DataError(
+                f"{path}, column {index}: the name {name!r} has spaces around it (spaces "
+                "after the commas?). CsvExampleGen keeps them; remove them."
+            )
+
+
+def _check_same_columns(path: Path, header: list[str], first: Path, columns: list[str]) -> None:
+    if header == columns:
+        return
+    lacking = [c for c in columns if c not in header]
+    extra = [c for c in header if c not in columns]
+    if lacking:
+        why = f"lacks column(s) {', '.join(map(repr, lacking[:5]))} that {first} has"
+    elif extra:
+        why = f"has column(s) {', '.join(map(repr, extra[:5]))} that {first} lacks"
+    else:
+        why = f"has the columns of {first} in another order"
+    raise DataError(f"{path} {why}: all CSV files must share one header.")
+
+
+def _number(value: str) -> float | None:
+    try:
+        return float(value)
+    except ValueError:
+        return None
+
+
+class _Column:
+    """What one column's values are, as CsvExampleGen will type them."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.numeric = True  # until a value is not a number
+        self.first_text: tuple[str, int, str] | None = None  # (file, line, value)
+        self.missing = 0
+        self.values: set[str] = set()  # up to MAX_VOCABULARY + 1 distinct values
+
+    def add(self, value: str, path: Path, line: int) -> None:
+        if value == "":
+            self.missing += 1
+            return
+        if len(self.values) <= MAX_VOCABULARY:
+            self.values.add(value)
+        if not self.numeric:
+            return
+        number = _number(value)
+        if number is None:
+            self.numeric = False
+            self.first_text = (str(path), line, value)
+            return
+        if value != value.strip():
+            raise DataError(
+                f"{path}, line {line}, column {self.name!r}: {value!r} has spaces around it, "
+                "which CsvExampleGen reads as text, not a number; remove them."
+            )
+        if not math.isfinite(number):
+            raise DataError(
+                f"{path}, line {line}, column {self.name!r}: {value!r} is not a finite number."
+            )
+
+
+def validate_csv_dir(data_root: str, label_key: str, num_classes: int | None = None) -> DataSummary:
+    """Checks a CSV directory; raises DataError naming the file, line and column."""
+    files = sorted(p for p in Path(data_root).iterdir() if p.suffix == ".csv" and p.is_file())
+    if not files:
+        raise DataError(
+            f"Data root {data_root!r} holds no .csv file. Put one or more CSV "
+            f"files with a header row and a {label_key!r} column there."
+        )
+    columns: list[str] | None = None
+    tracked: list[_Column] = []
+    rows = 0
+    labels: dict[str, tuple[str, int]] = {}  # label value -> where it was first seen
+    for path in files:
+        with path.open(newline="") as handle:
+            reader = csv.reader(handle)
+            header = next(reader, None)
+            if not header:
+                raise DataError(f"{path} is empty: a header row is required.")
+            _check_header(path, header)
+            if label_key not in header:
+                raise DataError(
+                    f"{path} has no label column {label_key!r} (columns: "
+                    f"{', '.join(header[:8])}{'...' if len(header) > 8 else ''}). Add it, or "
+                    "name the label column with --label-key."
+                )
+            if columns is None:
+                columns = header
+                tracked = [_Column(name) for name in header]
+            _check_same_columns(path, header, files[0], columns)
+            label_index = header.index(label_key)
+            for line_no, row in enumerate(reader, start=2):
+                if not row:
+                    continue
+                if len(row) != len(header):
+                    raise DataError(
+                        f"{path}, line {line_no}: {len(row)} values for {len(header)} columns."
+                    )
+                for column, value in zip(tracked, row):
+                    column.add(value, path, line_no)
+                label = row[label_index]
+                if label == "":
+                    raise DataError(
+                        f"{path}, line {line_no}, column {label_key!r}: the label is missing; "
+                        "every row needs one."
+                    )
+                labels.setdefault(label, (str(path), line_no))
+                rows += 1
+    if rows == 0:
+        raise DataError(f"The CSV files in {data_root!r} have a header but no data rows.")
+    if len(columns) < 2:
+        raise DataError("The CSV has no feature column besides the label.")
+    features = [c for c in tracked if c.name != label_key]
+    for column in features:
+        if column.missing == rows:
+            raise DataError(
+                f"Column {column.name!r} is empty in every row of {data_root!r}; drop it."
+            )
+    label_column = tracked[label_index]
+    class_indices: tuple[int, ...] = ()
+    vocabulary: tuple[str, ...] = ()
+    if label_column.numeric:
+        indices: dict[int, tuple[str, int]] = {}
+        for value, (path, line) in labels.items():
+            number = float(value)
+            if number < 0 or number != int(number):
+                raise DataError(
+                    f"{path}, line {line}: label {value!r} must be a class index (integer >= "
+                    "0), or a name (text labels get a vocabulary)."
+                )
+            indices.setdefault(int(number), (path, line))
+        top = max(indices)
+        where = "{}, line {}".format(*indices[top])
+        count = check_class_count(set(indices), num_classes, where, label_key)
+        class_indices = tuple(sorted(indices))
+    else:
+        vocabulary = tuple(sorted(labels))
+        count = check_label_vocabulary(set(labels), num_classes)
+    kinds = tuple((c.name, NUMERIC if c.numeric else STRING) for c in features)
+    assert IMAGE not in dict(kinds).values()  # a CSV holds no image feature
+    return DataSummary(
+        format=CSV,
+        files=tuple(str(f) for f in files),
+        columns=tuple(columns),
+        kinds=kinds,
+        rows=rows,
+        num_classes=count,
+        labels=class_indices,
+        label_vocabulary=vocabulary,
+        missing=tuple((c.name, c.missing) for c in features if c.missing),
+        vocabularies=tuple(
+            (c.name, tuple(sorted(c.values))[:MAX_VOCABULARY]) for c in features if not c.numeric
+        ),
+    )
