@@ -327,3 +327,19 @@ def test_run_compiled_refuses_a_spec_for_accelerators(compiled, capfd):
     message = capfd.readouterr().err
     assert "compiled for accelerators (gpu:1)" in message and "--node-pool cpu" in message
     assert main(["run-compiled", str(compiled["gpu"].with_name("missing.yaml"))]) == 2
+
+
+def test_tfrecord_data_compiles_to_an_uncached_import_example_gen(tmp_path):
+    """--data-format tfrecord: ImportExampleGen reads the data root, on every run."""
+    output = tmp_path / "records.yaml"
+    assert main(compile_argv("cpu", output, "--data-format", "tfrecord", "--model", "cnn")) == 0
+    spec = next(yaml.safe_load_all(output.read_text()))
+    tasks = spec["root"]["dag"]["tasks"]
+    assert "CsvExampleGen" not in tasks
+    assert tasks["ImportExampleGen"]["cachingOptions"] == {"enableCache": False}
+    assert (
+        "ImportExampleGen"
+        in tasks["StatisticsGen"]["inputs"]["artifacts"]["examples"]["taskOutputArtifact"][
+            "producerTask"
+        ]
+    )
