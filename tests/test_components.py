@@ -110,6 +110,17 @@ def test_densenet_option_is_the_stackoverflow_setup():
         build_model("cnn", DataDescription.numeric(keys[:10], 10), 2, 1e-3)
 
 
+def test_densenet_reads_an_image_feature_as_three_channels():
+    from tfx_accum.components.features import IMAGE, InputFeature
+
+    image = InputFeature("image", IMAGE, "string", image_shape=(32, 32, 1))
+    data = DataDescription((image,), "label", 10)
+    model = build_model("densenet121", data, 4, 1e-3)
+    assert model.gradient_accumulation_steps == 4
+    assert any(layer.name == "densenet121" for layer in model.layers)
+    assert model.predict({"image": np.zeros((2, 32, 32, 1), "float32")}, verbose=0).shape == (2, 10)
+
+
 def test_training_stops_after_exactly_train_steps_updates():
     """Whole epochs of 37 updates, and the last one stops at 300 (the Trainer's plan)."""
     inputs = keras.Input((4,))
