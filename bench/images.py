@@ -46,7 +46,8 @@ def one(k: int, micro: int) -> dict:
     import tensorflow as tf
     from tensorflow_metadata.proto.v0 import schema_pb2
 
-    from tfx_accum.components.features import Preprocessor, describe_data, parse_label, parse_raw
+    from tfx_accum.components.data import preprocess_records
+    from tfx_accum.components.features import Preprocessor, describe_data
     from tfx_accum.components.models import build_model
     from tfx_accum.pipeline.data import digit_image_examples
 
@@ -55,13 +56,7 @@ def one(k: int, micro: int) -> dict:
     schema.feature.add(name="image", type=schema_pb2.BYTES)
     schema.feature.add(name="label", type=schema_pb2.INT)
     data = describe_data(records, schema, "label")
-    preprocessor = Preprocessor(data)
-
-    def preprocess(serialized):
-        features = preprocessor(parse_raw(serialized, data))
-        return features, preprocessor.encode_label(parse_label(serialized, data))
-
-    examples = records.batch(256).map(preprocess).unbatch().cache()
+    examples = preprocess_records(records, data, Preprocessor(data)).unbatch().cache()
     keras.utils.set_random_seed(0)
     model = build_model("densenet121", data, k, 1e-3)
     # Warm-up on a batch of k single examples (one per micro-batch): tracing, allocators.

@@ -27,11 +27,9 @@ from google.protobuf import text_format
 from tensorflow_metadata.proto.v0 import schema_pb2
 
 from tfx_accum.components.features import (
-    STATS_ROWS,
     DataDescription,
     Preprocessor,
     describe_data,
-    parse_label,
     parse_raw,
 )
 
@@ -56,28 +54,33 @@ class Splits:
     train_size: int
     preprocessor: Preprocessor
 
-    @property
-    def keys(self) -> list[str]:
-        return self.data.keys
-
 
 def _files(file_patterns: list[str]) -> list[str]:
     return sorted(f for pattern in file_patterns for f in tf.io.gfile.glob(pattern))
 
 
-def _records(file_patterns: list[str]) -> tf.data.Dataset:
+def _records(files: list[str]) -> tf.data.Dataset:
     """ExampleGen's serialized ``tf.Example`` records (gzipped TFRecord files), in order."""
-    files = _files(file_patterns)
     return tf.data.TFRecordDataset(files, compression_type=_compression(files[0] if files else ""))
 
 
-def _read(file_patterns, data: DataDescription, preprocessor, cache: bool) -> tf.data.Dataset:
-    def preprocess(serialized):
-        features = preprocessor(parse_raw(serialized, data))
-        return features, preprocessor.encode_label(parse_label(serialized, data))
+def preprocess_records(
+    records: tf.data.Dataset, data: DataDescription, preprocessor: Preprocessor
+) -> tf.data.Dataset:
+    """Serialized examples to ``(model inputs, class indices)`` blocks of ``_READ_BATCH``
+    examples, parsed and preprocessed, in order (``.unbatch()`` for single examples)."""
 
-    dataset = _records(file_patterns).batch(_READ_BATCH)
-    dataset = dataset.map(preprocess, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    def preprocess(serialized):
+        raw = parse_raw(serialized, data, with_label=True)
+        label = preprocessor.encode_label(raw.pop(data.label_key))
+        return preprocessor(raw), label
+
+    batches = records.batch(_READ_BATCH)
+    return batches.map(preprocess, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+
+
+def _read(file_patterns, data: DataDescription, preprocessor, cache: bool) -> tf.data.Dataset:
+    dataset = preprocess_records(_records(_files(file_patterns)), data, preprocessor)
     return (dataset.cache() if cache else dataset).unbatch()
 
 
@@ -90,9 +93,7 @@ def load_splits(fn_args, label_key: str, num_classes: int | None = None) -> Spli
     count, eval_count = count_records(fn_args.train_files), count_records(fn_args.eval_files)
     if count == 0:
         raise ValueError("The training split is empty: the data has no rows to train on.")
-    data = describe_data(
-        _records(fn_args.train_files), schema, label_key, num_classes, rows=STATS_ROWS
-    )
+    data = describe_data(_records(_files(fn_args.train_files)), schema, label_key, num_classes)
     preprocessor = Preprocessor(data)
 
     def small(rows: int) -> bool:
@@ -105,9 +106,10 @@ def load_splits(fn_args, label_key: str, num_classes: int | None = None) -> Spli
 
 def count_records(file_patterns: list[str]) -> int:
     """The number of records in ExampleGen's (gzipped TFRecord) files, without parsing them."""
-    if not _files(file_patterns):
+    files = _files(file_patterns)
+    if not files:
         return 0
-    return int(_records(file_patterns).reduce(np.int64(0), lambda count, _: count + 1))
+    return int(_records(files).reduce(np.int64(0), lambda count, _: count + 1))
 
 
 def _compression(path: str) -> str:

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import json
 import re
 from typing import Any
 
@@ -41,10 +40,9 @@ import numpy as np
 import tensorflow as tf
 from tensorflow_metadata.proto.v0 import schema_pb2
 
+from tfx_accum.components.feature_kinds import IMAGE, MAX_VOCABULARY, NUMERIC, STRING, is_image
+
 STATS_ROWS = 100_000  # training examples the statistics and vocabularies are learned from
-MAX_VOCABULARY = 1_000  # most frequent values of a string feature kept in its vocabulary
-NUMERIC, STRING, IMAGE = "numeric", "string", "image"
-_IMAGE_MAGIC = (b"\x89PNG\r\n\x1a\n", b"\xff\xd8\xff")  # PNG, JPEG
 
 
 def natural_key(name: str) -> list:
@@ -97,28 +95,6 @@ class DataDescription:
         """Numbers one preprocessed example holds (for the cache-size decision)."""
         return sum(int(np.prod(f.input_shape)) for f in self.features) + 1
 
-    def to_json(self) -> str:
-        return json.dumps(dataclasses.asdict(self), sort_keys=True)
-
-    @classmethod
-    def from_json(cls, text: str) -> DataDescription:
-        values = json.loads(text)
-        features = tuple(
-            InputFeature(
-                **{
-                    **f,
-                    "vocabulary": tuple(f["vocabulary"]),
-                    "image_shape": tuple(f["image_shape"]),
-                }
-            )
-            for f in values.pop("features")
-        )
-        return cls(
-            features=features,
-            label_vocabulary=tuple(values.pop("label_vocabulary")),
-            **values,
-        )
-
     @classmethod
     def numeric(
         cls,
@@ -155,10 +131,6 @@ def _first_values(ragged: tf.RaggedTensor, fill) -> np.ndarray:
     return ragged.to_tensor(default_value=fill, shape=[None, 1]).numpy()[:, 0]
 
 
-def is_image(value: bytes) -> bool:
-    return value.startswith(_IMAGE_MAGIC)
-
-
 class _FeatureTally:
     """Running statistics of one feature over the statistics pass."""
 
@@ -174,12 +146,12 @@ class _FeatureTally:
         self.missing += int((lengths == 0).sum())
         if self.raw_dtype == "string":
             values = column.flat_values.numpy()
-            self.images += sum(1 for v in values if is_image(v))
-            if self.image_shape is None and self.images:
-                first = next(v for v in values if is_image(v))
-                self.image_shape = tuple(tf.io.decode_image(first, expand_animations=False).shape)
-            if self.images < len(values) or not self.images:
-                self.values.update(v for v in values if not is_image(v))
+            images = [v for v in values if is_image(v)]
+            if images and self.image_shape is None:
+                decoded = tf.io.decode_image(images[0], expand_animations=False)
+                self.image_shape = tuple(decoded.shape)
+            self.images += len(images)
+            self.values.update(v for v in values if not is_image(v))
             return
         present = _first_values(tf.cast(column, tf.float64), np.nan)
         present = present[lengths > 0]
@@ -273,10 +245,20 @@ def describe_data(
     return DataDescription(features, label_key, num_classes or max(inferred, 2), (), seen)
 
 
-def parse_raw(serialized: tf.Tensor, data: DataDescription) -> dict[str, tf.Tensor]:
-    """Dense raw features of a batch of serialized examples: ``(batch, 1)`` numbers (NaN
-    where missing) and strings ("" where missing), ``(batch,)`` image bytes."""
-    parsed = tf.io.parse_example(serialized, raw_spec({f.name: f.raw_dtype for f in data.features}))
+def _label_dtype(data: DataDescription) -> str:
+    return "string" if data.label_vocabulary else "int64"
+
+
+def parse_raw(
+    serialized: tf.Tensor, data: DataDescription, with_label: bool = False
+) -> dict[str, tf.Tensor]:
+    """Dense raw features of a batch of serialized examples, in one parse: ``(batch, 1)``
+    numbers (NaN where missing) and strings ("" where missing), ``(batch,)`` image bytes;
+    with ``with_label``, also the raw label ``(batch,)`` under ``data.label_key``."""
+    dtypes = {f.name: f.raw_dtype for f in data.features}
+    if with_label:
+        dtypes[data.label_key] = _label_dtype(data)
+    parsed = tf.io.parse_example(serialized, raw_spec(dtypes))
     raw = {}
     for feature in data.features:
         column = parsed[feature.name]
@@ -287,14 +269,20 @@ def parse_raw(serialized: tf.Tensor, data: DataDescription) -> dict[str, tf.Tens
             raw[feature.name] = column.to_tensor(default_value="", shape=[None, 1])
         else:
             raw[feature.name] = column.to_tensor(default_value="", shape=[None, 1])[:, 0]
+    if with_label:
+        raw[data.label_key] = _dense_label(parsed[data.label_key], data)
     return raw
 
 
 def parse_label(serialized: tf.Tensor, data: DataDescription) -> tf.Tensor:
     """The raw label of each serialized example, ``(batch,)``."""
-    dtype = "string" if data.label_vocabulary else "int64"
-    parsed = tf.io.parse_example(serialized, raw_spec({data.label_key: dtype}))[data.label_key]
-    return parsed.to_tensor(default_value="" if dtype == "string" else -1, shape=[None, 1])[:, 0]
+    parsed = tf.io.parse_example(serialized, raw_spec({data.label_key: _label_dtype(data)}))
+    return _dense_label(parsed[data.label_key], data)
+
+
+def _dense_label(label: tf.RaggedTensor, data: DataDescription) -> tf.Tensor:
+    fill = "" if data.label_vocabulary else -1  # a missing label fails encode_label
+    return label.to_tensor(default_value=fill, shape=[None, 1])[:, 0]
 
 
 @keras.saving.register_keras_serializable("tfx_accum")

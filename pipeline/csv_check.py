@@ -13,18 +13,14 @@ import csv
 import math
 from pathlib import Path
 
+from tfx_accum.components.feature_kinds import MAX_VOCABULARY, NUMERIC, STRING
 from tfx_accum.pipeline.data import (
     CSV,
-    IMAGE,
-    NUMERIC,
-    STRING,
     DataError,
     DataSummary,
     check_class_count,
     check_label_vocabulary,
 )
-
-MAX_VOCABULARY = 1_000  # as components/features.py: string values shown to a model function
 
 
 def _check_header(path: Path, header: list[str]) -> None:
@@ -165,28 +161,17 @@ def validate_csv_dir(data_root: str, label_key: str, num_classes: int | None = N
             raise DataError(
                 f"Column {column.name!r} is empty in every row of {data_root!r}; drop it."
             )
-    label_column = tracked[label_index]
     class_indices: tuple[int, ...] = ()
     vocabulary: tuple[str, ...] = ()
-    if label_column.numeric:
-        indices: dict[int, tuple[str, int]] = {}
+    if tracked[label_index].numeric:
+        numbers: dict[float, str] = {}
         for value, (path, line) in labels.items():
-            number = float(value)
-            if number < 0 or number != int(number):
-                raise DataError(
-                    f"{path}, line {line}: label {value!r} must be a class index (integer >= "
-                    "0), or a name (text labels get a vocabulary)."
-                )
-            indices.setdefault(int(number), (path, line))
-        top = max(indices)
-        where = "{}, line {}".format(*indices[top])
-        count = check_class_count(set(indices), num_classes, where, label_key)
-        class_indices = tuple(sorted(indices))
+            numbers.setdefault(float(value), f"{path}, line {line}")
+        count, class_indices = check_class_count(numbers, num_classes, label_key)
     else:
         vocabulary = tuple(sorted(labels))
         count = check_label_vocabulary(set(labels), num_classes)
     kinds = tuple((c.name, NUMERIC if c.numeric else STRING) for c in features)
-    assert IMAGE not in dict(kinds).values()  # a CSV holds no image feature
     return DataSummary(
         format=CSV,
         files=tuple(str(f) for f in files),

@@ -17,6 +17,7 @@ import dataclasses
 import io
 from pathlib import Path
 
+from tfx_accum.components.feature_kinds import IMAGE, NUMERIC, STRING
 from tfx_accum.pipeline.errors import InputError
 from tfx_accum.pipeline.files import atomic_write, atomic_write_text
 
@@ -30,7 +31,6 @@ EMBEDDED = ("digits", "digit-images")
 CSV, TFRECORD = "csv", "tfrecord"
 DATA_FORMATS = (CSV, TFRECORD)
 TFRECORD_SUFFIXES = (".tfrecord", ".tfrecords", ".tfrecord.gz", ".tfrecords.gz")
-NUMERIC, STRING, IMAGE = "numeric", "string", "image"  # as components/features.py
 
 
 class DataError(InputError):
@@ -101,15 +101,11 @@ def write_embedded_images(directory: str | Path) -> Path:
             for record in digit_image_examples():
                 writer.write(record)
 
-    if target.exists():
-        fresh = atomic_write(directory / f".{IMAGES_FILE}.check", write)
-        same = fresh.read_bytes() == target.read_bytes()
-        if same:
-            fresh.unlink()
-            return directory
+    fresh = atomic_write(directory / f".{IMAGES_FILE}.new", write)
+    if target.exists() and target.read_bytes() == fresh.read_bytes():
+        fresh.unlink()  # unchanged: the old file keeps its timestamp
+    else:
         fresh.replace(target)
-        return directory
-    atomic_write(target, write)
     return directory
 
 
@@ -175,37 +171,45 @@ class DataSummary:
         return DataDescription(features, label_key, self.num_classes, self.label_vocabulary)
 
 
-CsvSummary = DataSummary  # the name of earlier releases
-
-
 def _ranges(values: tuple[int, ...]) -> str:
     shown = ", ".join(str(v) for v in values[:6])
     return shown + (", ..." if len(values) > 6 else "")
 
 
 def check_class_count(
-    labels: set[int], num_classes: int | None, where_max: str, label_key: str
-) -> int:
-    """The number of classes of integer labels: inferred, or the user's, checked."""
-    max_label = max(labels)
+    labels: dict[float, str], num_classes: int | None, label_key: str
+) -> tuple[int, tuple[int, ...]]:
+    """The number of classes of numeric labels and the class indices seen.
+
+    ``labels``: each distinct label value, and where it was first seen ("FILE, line N").
+    The count is inferred, or the user's ``num_classes``, checked.
+    """
+    for value, where in labels.items():
+        if value < 0 or value != int(value):
+            raise DataError(
+                f"{where}, column {label_key!r}: label {value:g} must be a class index "
+                "(integer >= 0), or a name (text labels get a vocabulary)."
+            )
+    indices = {int(value): where for value, where in labels.items()}
+    max_label = max(indices)
     if num_classes is not None:
         if max_label >= num_classes:
             raise DataError(
-                f"{where_max}, column {label_key!r}: label {max_label} is outside "
+                f"{indices[max_label]}, column {label_key!r}: label {max_label} is outside "
                 f"0..{num_classes - 1} (--num-classes {num_classes}); fix the label or raise "
                 "--num-classes."
             )
-        return num_classes
+        return num_classes, tuple(sorted(indices))
     if max_label < 1:
         raise DataError("The label column has a single class; classification needs at least 2.")
-    if max_label + 1 > 2 * len(labels) and max_label + 1 > len(labels) + 10:
+    if max_label + 1 > 2 * len(indices) and max_label + 1 > len(indices) + 10:
         raise DataError(
-            f"The label column has {len(labels)} distinct values up to {max_label} "
-            f"({_ranges(tuple(sorted(labels)))}): as class indices that is a "
-            f"{max_label + 1}-class output with {max_label + 1 - len(labels)} empty classes. "
+            f"The label column has {len(indices)} distinct values up to {max_label} "
+            f"({_ranges(tuple(sorted(indices)))}): as class indices that is a "
+            f"{max_label + 1}-class output with {max_label + 1 - len(indices)} empty classes. "
             "Map the labels to 0..N-1 first, or pass --num-classes to confirm."
         )
-    return max_label + 1
+    return max_label + 1, tuple(sorted(indices))
 
 
 def check_label_vocabulary(vocabulary: set[str], num_classes: int | None) -> int:

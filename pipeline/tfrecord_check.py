@@ -12,10 +12,8 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
+from tfx_accum.components.feature_kinds import IMAGE, MAX_VOCABULARY, NUMERIC, STRING, is_image
 from tfx_accum.pipeline.data import (
-    IMAGE,
-    NUMERIC,
-    STRING,
     TFRECORD,
     TFRECORD_SUFFIXES,
     DataError,
@@ -24,9 +22,7 @@ from tfx_accum.pipeline.data import (
     check_label_vocabulary,
 )
 
-MAX_VOCABULARY = 1_000
 _KINDS = {"int64_list": NUMERIC, "float_list": NUMERIC, "bytes_list": STRING}
-_IMAGE_MAGIC = (b"\x89PNG\r\n\x1a\n", b"\xff\xd8\xff")  # as components/features.py
 
 
 def _records(path: Path):
@@ -100,7 +96,7 @@ def validate_tfrecord_dir(
             for name, feature in features.items():
                 values = _values(feature)
                 kind = _KINDS.get(feature.WhichOneof("kind"))
-                if kind == STRING and values and values[0].startswith(_IMAGE_MAGIC):
+                if kind == STRING and values and is_image(values[0]):
                     kind = IMAGE
                 if not values:
                     missing[name] = missing.get(name, 0) + 1
@@ -151,18 +147,10 @@ def validate_tfrecord_dir(
         vocabulary = tuple(sorted(names))
         count = check_label_vocabulary(names, num_classes)
     else:
-        indices: dict[int, tuple[Path, int]] = {}
-        for value, (path, number) in labels.items():
-            if value < 0 or value != int(value):
-                raise DataError(
-                    f"{path}, record {number}, feature {label_key!r}: label {value!r} must be "
-                    "a class index (integer >= 0)."
-                )
-            indices.setdefault(int(value), (path, number))
-        top = max(indices)
-        where = "{}, record {}".format(*indices[top])
-        count = check_class_count(set(indices), num_classes, where, label_key)
-        class_indices = tuple(sorted(indices))
+        where = {
+            float(value): f"{path}, record {number}" for value, (path, number) in labels.items()
+        }
+        count, class_indices = check_class_count(where, num_classes, label_key)
     columns = tuple(kinds)
     features = [(n, k) for n, k in kinds.items() if n != label_key]
     return DataSummary(

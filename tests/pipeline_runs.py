@@ -11,18 +11,11 @@ from pathlib import Path
 import numpy as np
 import tensorflow as tf
 
+from bench.pipeline import ORDER
+
 ROOT = Path(__file__).resolve().parents[1]
-# Every component of the pipeline, in order.
-COMPONENTS = (
-    "CsvExampleGen",
-    "StatisticsGen",
-    "SchemaGen",
-    "ExampleValidator",
-    "Tuner",
-    "Trainer",
-    "Evaluator",
-    "Pusher",
-)
+# Every component of the pipeline on CSV data, in order (the benchmarks' list).
+COMPONENTS = ORDER
 # A small budget with a search space that trains well quickly: the test is about the
 # pipeline, not about finding good hyperparameters.
 SMALL = [

@@ -1,0 +1,13 @@
+"""The kinds of model input, and how an image is recognised: shared by the components
+(``features.py``) and the command line's data checks, without importing TensorFlow."""
+
+from __future__ import annotations
+
+NUMERIC, STRING, IMAGE = "numeric", "string", "image"
+MAX_VOCABULARY = 1_000  # most frequent values of a text feature kept in its vocabulary
+_IMAGE_MAGIC = (b"\x89PNG\r\n\x1a\n", b"\xff\xd8\xff")  # PNG, JPEG
+
+
+def is_image(value: bytes) -> bool:
+    """True for the bytes of a PNG or JPEG file."""
+    return value.startswith(_IMAGE_MAGIC)
