@@ -1,8 +1,13 @@
-"""Every use of Keras Tuner internals, in one place (keras-tuner 1.4.8, pinned in tests).
+"""Every use of Keras Tuner internals, in one place (keras-tuner 1.4.8: constraints.txt pins
+it, the tests run on it, and pyproject.toml admits only 1.4.x).
+
+Everything else extends Keras Tuner through its public seams (components/search_tuners.py:
+``Oracle.populate_space``, ``get_best_trials``, ``Tuner.run_trial``, the trial callbacks,
+``HyperModel.declare_hyperparameters``).
 
 1. Building a trial's model without a session reset (:class:`NoSessionResetMixin`).
-2. Declaring the search space without building a model (:class:`DeclaredSpaceMixin`).
-3. Serving an oracle to parallel workers (:func:`serve_oracle`, :func:`fail_ongoing_trial`).
+2. Serving an oracle to parallel workers (:func:`serve_oracle`, :func:`fail_ongoing_trial`,
+   :func:`trials_exhausted`).
 
 **1.**
 Keras Tuner's ``Tuner._try_build`` calls ``keras.backend.clear_session()`` and
@@ -33,22 +38,7 @@ class NoSessionResetMixin:
         return model
 
 
-class DeclaredSpaceMixin:
-    """**2.** The space is declared by ``hypermodel.declare_space(hp)``.
-
-    ``BaseTuner._populate_initial_space`` builds the model (maybe more than once) to find
-    conditional hyperparameters. There are none here, and a build would put a model on the
-    device of a parallel search's chief, which trains nothing and must leave the GPUs to
-    its workers; ``declare_space`` builds only what must be built.
-    """
-
-    def _populate_initial_space(self):
-        hp = self.oracle.get_space()
-        self.hypermodel.declare_space(hp)
-        self.oracle.update_space(hp)
-
-
-# 3. Keras Tuner's chief (``oracle_chief.start_server``) serves the oracle with its own
+# 2. Keras Tuner's chief (``oracle_chief.start_server``) serves the oracle with its own
 # ``OracleServicer`` but then polls every second, waits in 20-second sleeps for workers to
 # leave, and waits forever for a worker that died (its tuner id never leaves). The chief
 # here serves the same servicer and watches the worker processes itself

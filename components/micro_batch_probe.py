@@ -19,9 +19,16 @@ kept, dropped = fitting_micro_batches((8, 16, 32, 64), try_step)  # try_step(m) 
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+import tempfile
 from collections.abc import Callable, Sequence
 
 import tensorflow as tf
+
+from tfx_accum import console
 
 
 def fitting_micro_batches(
@@ -54,3 +61,36 @@ def fitting_micro_batches(
 def gpu_present() -> bool:
     """Whether TensorFlow sees a GPU (listing physical devices allocates no memory)."""
     return bool(tf.config.list_physical_devices("GPU"))
+
+
+def say_dropped(dropped: Sequence[int]) -> None:
+    """The line naming the micro-batch choices the probe dropped (nothing if none)."""
+    if dropped:
+        console.say(
+            f"[tuner] micro-batch {', '.join(map(str, dropped))} dropped: a training step "
+            "runs out of device memory (memory probe)"
+        )
+
+
+def probe_in_subprocess(spec: dict) -> tuple[int, ...]:
+    """The probe in a process of its own, so that a parallel search's chief holds no GPU
+    memory: a worker (``components/tuner_worker.py``) started with ``spec["probe"]`` runs
+    it and prints the micro-batch choices that fit; they are returned."""
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as handle:
+        json.dump({**spec, "probe": True}, handle)
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "tfx_accum.components.tuner_worker", handle.name],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+    finally:
+        os.unlink(handle.name)
+    lines = [line for line in result.stdout.splitlines() if line.startswith("{")]
+    if result.returncode != 0 or not lines:
+        raise RuntimeError(
+            "The micro-batch memory probe failed: "
+            + ((result.stderr or result.stdout).strip().splitlines() or ["no output"])[-1]
+        )
+    return tuple(json.loads(lines[-1])["micro_batch_choices"])

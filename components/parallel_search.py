@@ -16,7 +16,8 @@ was running; a replacement worker takes over while trials remain.
 Example (what ``tfx-accum run --parallel-trials 2`` does inside the Tuner component):
 
 ```python
-tuner.parallel_trials, tuner.worker_spec = 2, worker_spec(fn_args, directory, space)
+spec = worker_spec(fn_args, directory, space)
+tuner = make_tuner(space, hypermodel, directory, parallel_trials=2, worker_spec=spec)
 tuner.search()  # serves the oracle; two workers run the trials
 ```
 """

@@ -20,7 +20,17 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-from tfx_accum.components.settings import validate_positive_float, validate_positive_int
+from tfx_accum.components.search_policy import (
+    exceeds_effective_batch_limit,
+    within_effective_batch_limit,
+)
+from tfx_accum.components.settings import (
+    HP_ACCUMULATION_STEPS,
+    HP_LEARNING_RATE,
+    HP_MICRO_BATCH_SIZE,
+    validate_positive_float,
+    validate_positive_int,
+)
 
 ALGORITHMS = ("bayesian", "random", "hyperband")
 
@@ -130,15 +140,39 @@ class SearchSpace:
                     "smaller choices."
                 )
             object.__setattr__(self, "micro_batch_choices", kept)
-        if self.max_effective_batch is not None:
-            smallest = min(self.accumulation_steps_choices) * min(self.micro_batch_choices)
-            if smallest > self.max_effective_batch:
-                raise ValueError(
-                    f"No combination fits `max_effective_batch`={self.max_effective_batch}: the "
-                    f"smallest effective batch is {min(self.accumulation_steps_choices)} x "
-                    f"{min(self.micro_batch_choices)} = {smallest}. Raise the limit or add "
-                    "smaller choices."
-                )
+        k, m = min(self.accumulation_steps_choices), min(self.micro_batch_choices)
+        if exceeds_effective_batch_limit(k, m, self.max_effective_batch):
+            raise ValueError(
+                f"No combination fits `max_effective_batch`={self.max_effective_batch}: the "
+                f"smallest effective batch is {k} x {m} = {k * m}. Raise the limit or add "
+                "smaller choices."
+            )
+
+    def declare(self, hp) -> tuple[int, int, float]:
+        """Declares the three hyperparameters in ``hp`` (a ``keras_tuner.HyperParameters``);
+        returns their values for this trial: ``(k, m, learning_rate)``.
+
+        The one declaration of the search space: the Tuner's HyperModel calls it.
+        """
+        k = hp.Choice(HP_ACCUMULATION_STEPS, list(self.accumulation_steps_choices), ordered=True)
+        m = hp.Choice(HP_MICRO_BATCH_SIZE, list(self.micro_batch_choices), ordered=True)
+        lr = hp.Float(
+            HP_LEARNING_RATE,
+            self.learning_rate_min,
+            self.learning_rate_max,
+            step=self.learning_rate_step,
+            sampling="log",
+        )
+        return k, m, lr
+
+    def within_limit(self, values: dict[str, Any]) -> dict[str, Any]:
+        """``values`` moved within ``max_effective_batch`` (see ``search_policy``)."""
+        return within_effective_batch_limit(
+            values,
+            self.accumulation_steps_choices,
+            self.micro_batch_choices,
+            self.max_effective_batch,
+        )
 
     def with_micro_batches(self, choices: Sequence[int]) -> SearchSpace:
         """This space with only ``choices`` as micro-batch sizes (after the memory probe)."""

@@ -37,48 +37,39 @@ from tfx_accum.components.export import export_serving_model
 from tfx_accum.components.models import build_model
 from tfx_accum.components.settings import (
     EVAL_BATCH,
-    RESPLIT_FROM_SPLIT,
-    RESPLIT_FROM_TRIAL,
-    RESPLIT_SPEEDUP,
     Hyperparameters,
     ModelSettings,
+    TunerDecision,
 )
 from tfx_accum.components.strategy import choose_strategy, replica_plan
 
 TRAINING_SEED = 0
 
 
-def resolve_hyperparameters(fn_args) -> Hyperparameters:
-    """The Tuner's best values if there are any, else ``custom_config["hyperparameters"]``."""
+def resolve_hyperparameters(fn_args) -> tuple[Hyperparameters, object]:
+    """``(hyperparameters, keras_tuner.HyperParameters)`` the Trainer trains with.
+
+    The Tuner's decision (``fn_args.hyperparameters``, parsed once by
+    :class:`~tfx_accum.components.settings.TunerDecision`) if there is one, else
+    ``custom_config["hyperparameters"]``. The second value holds every value, for a model
+    function that declared hyperparameters of its own (empty with tuning off: its
+    defaults).
+    """
+    import keras_tuner
+
+    values = keras_tuner.HyperParameters()
     if fn_args.hyperparameters:
         config = fn_args.hyperparameters
-        values = config.get("values", config)
-        hp, source = Hyperparameters.from_values(values), "Tuner"
-        if RESPLIT_FROM_TRIAL in values:
-            source = (
-                f"Tuner; trial {values[RESPLIT_FROM_TRIAL]} ran this effective batch as "
-                f"{values[RESPLIT_FROM_SPLIT]}, this split ran "
-                f"{values.get(RESPLIT_SPEEDUP, 0):.2f}x faster in the search and trains the "
-                "same model, as accumulation is exact"
-            )
+        decision = TunerDecision.from_config(config)
+        hp, source = decision.hyperparameters, decision.describe_source()
+        if "space" in config:
+            values = keras_tuner.HyperParameters.from_config(config)
+        values.values.update(decision.values)
     else:
         fixed = (fn_args.custom_config or {}).get("hyperparameters") or {}
         hp, source = Hyperparameters(**fixed), "fixed (tuning off)"
     console.say(f"[trainer] hyperparameters ({source}): {hp.describe()}")
-    return hp
-
-
-def keras_tuner_values(fn_args):
-    """The Tuner's best values as ``keras_tuner.HyperParameters``, for a model function
-    that declared hyperparameters of its own (empty with tuning off: its defaults)."""
-    import keras_tuner
-
-    hp = keras_tuner.HyperParameters()
-    config = fn_args.hyperparameters or {}
-    if "space" in config:
-        hp = keras_tuner.HyperParameters.from_config(config)
-    hp.values.update(config.get("values", {}))
-    return hp
+    return hp, values
 
 
 class ProgressLine(keras.callbacks.Callback):
@@ -115,7 +106,7 @@ class ProgressLine(keras.callbacks.Callback):
 def run_fn(fn_args: tfx.components.FnArgs) -> None:
     """TFX entry point: train, log to TensorBoard, export the serving model."""
     settings = ModelSettings.from_custom_config(fn_args.custom_config)
-    hp = resolve_hyperparameters(fn_args)
+    hp, values = resolve_hyperparameters(fn_args)
     strategy = choose_strategy()
     plan = replica_plan(hp.accumulation_steps, hp.micro_batch_size, strategy.num_replicas_in_sync)
     if plan.global_batch != hp.effective_batch:
@@ -135,7 +126,7 @@ def run_fn(fn_args: tfx.components.FnArgs) -> None:
             splits.data,
             plan.steps_per_replica,
             hp.learning_rate,
-            hp=keras_tuner_values(fn_args),
+            hp=values,
         )
     # TPUs need static shapes: whole batches only (the GA model then slices statically).
     tpu = isinstance(strategy, tf.distribute.TPUStrategy)

@@ -15,13 +15,12 @@ from tfx_accum.components.settings import (
     HP_ACCUMULATION_STEPS,
     HP_LEARNING_RATE,
     HP_MICRO_BATCH_SIZE,
-    RESPLIT_FROM_SPLIT,
-    RESPLIT_FROM_TRIAL,
     TRIAL_EXAMPLES,
     TRIAL_PEAK_MEMORY,
     TRIAL_REUSED_FROM,
     TRIAL_SPEED,
     Hyperparameters,
+    TunerDecision,
 )
 from tfx_accum.pipeline.files import atomic_write
 
@@ -104,12 +103,12 @@ def read_summary(metadata_path: str, run_started: str) -> RunSummary:
     if "HyperParameters" in outputs:
         path = Path(outputs["HyperParameters"].uri) / "best_hyperparameters.txt"
         if path.exists():
-            values = json.loads(path.read_text()).get("values")
-            best = Hyperparameters.from_values(values)
-            if RESPLIT_FROM_TRIAL in values:
+            decision = TunerDecision.from_config(json.loads(path.read_text()))
+            best = decision.hyperparameters
+            if decision.resplit_from_trial is not None:
                 resplit = {
-                    "trial": values[RESPLIT_FROM_TRIAL],
-                    "split": values.get(RESPLIT_FROM_SPLIT),
+                    "trial": decision.resplit_from_trial,
+                    "split": decision.resplit_from_split,
                 }
     budget = None
     if "ModelRun" in outputs:

@@ -16,9 +16,10 @@ import tensorflow as tf
 from test_components import _tiny_splits
 
 from bench.tuner_component import run_tuner_component as run_tuner_component_on
+from tfx_accum.components.hypermodel import AccumulationHyperModel
 from tfx_accum.components.micro_batch_probe import fitting_micro_batches
 from tfx_accum.components.search_space import SearchSpace
-from tfx_accum.components.tuner import AccumulationHyperModel, make_tuner
+from tfx_accum.components.search_tuners import make_tuner
 
 # A space whose trials differ clearly (learning rates a decade apart), so that the best
 # trial does not depend on float noise between processes.

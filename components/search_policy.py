@@ -1,0 +1,179 @@
+"""The search's exactness-aware policy, as plain functions over hyperparameter values.
+
+Accumulation is exact, so the split of an effective batch ``B = k x m`` into ``k``
+micro-batches of ``m`` changes memory and speed, never the trained model. The search uses
+that fact in three places, all decided here (no TensorFlow, no Keras Tuner: unit-tested in
+milliseconds, used by the Tuner's oracle and tuner classes and by the Trainer):
+
+- :func:`duplicate_key`: two trials with the same key train the same model, so a trial
+  whose key a finished trial has reuses its score (:func:`finished_duplicate`);
+- :func:`choose_trainer_split`: among the trials that train the best trial's model, the
+  fastest measured split goes to the Trainer;
+- :func:`within_effective_batch_limit`: a proposal above ``max_effective_batch`` becomes
+  the nearest combination that fits.
+
+And the budget rule: every trial sees the same number of training examples
+(:func:`steps_per_epoch`), whatever its effective batch.
+
+Example:
+
+```python
+records = [TrialRecord("0", "COMPLETED", 0.9, {"accumulation_steps": 4,
+           "micro_batch_size": 8, "learning_rate": 1e-3}, speed=500.0), ...]
+choice = choose_trainer_split(records)
+choice.values  # the best trial's values with the fastest split of its effective batch
+```
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from tfx_accum.components.settings import (
+    HP_ACCUMULATION_STEPS,
+    HP_MICRO_BATCH_SIZE,
+    RESPLIT_FROM_SPLIT,
+    RESPLIT_FROM_TRIAL,
+    RESPLIT_SPEEDUP,
+    TRIAL_RECORDED,
+)
+
+COMPLETED = "COMPLETED"  # Keras Tuner's TrialStatus.COMPLETED
+
+
+@dataclasses.dataclass(frozen=True)
+class TrialRecord:
+    """What the policy needs of one trial (built from a Keras Tuner trial by the tuner)."""
+
+    trial_id: str
+    status: str
+    score: float | None
+    values: dict[str, Any]
+    speed: float | None = None  # training examples per second
+    reused_from: str | None = None  # the trial whose score this one reused
+
+    @property
+    def scored(self) -> bool:
+        return self.status == COMPLETED and self.score is not None
+
+    @property
+    def split(self) -> tuple[Any, Any]:
+        return self.values.get(HP_ACCUMULATION_STEPS), self.values.get(HP_MICRO_BATCH_SIZE)
+
+
+def duplicate_key(values: dict[str, Any]) -> tuple:
+    """What determines the model a trial trains, given exact accumulation.
+
+    Two trials with the same effective batch ``k x m``, learning rate and every other value
+    (Hyperband's epochs, a model function's own), in one search (same initial weights and
+    data order), train the same model: the split between ``k`` and ``m`` changes memory and
+    speed only. What a trial records beside its values (speed, memory, ...) is left out.
+    """
+    k, m = values.get(HP_ACCUMULATION_STEPS), values.get(HP_MICRO_BATCH_SIZE)
+    rest = tuple(
+        sorted(
+            (name, round(value, 12) if isinstance(value, float) else value)
+            for name, value in values.items()
+            if name not in (HP_ACCUMULATION_STEPS, HP_MICRO_BATCH_SIZE)
+            and name not in TRIAL_RECORDED
+        )
+    )
+    return (k * m if k and m else None, rest)
+
+
+def finished_duplicate(
+    trial_id: str, values: dict[str, Any], finished: Iterable[TrialRecord]
+) -> TrialRecord | None:
+    """A scored trial other than ``trial_id`` that trains the same model, or None."""
+    key = duplicate_key(values)
+    for record in finished:
+        if record.trial_id != trial_id and record.scored and duplicate_key(record.values) == key:
+            return record
+    return None
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainerChoice:
+    """The best trial, and the values the Trainer gets (its fastest exact split)."""
+
+    best: TrialRecord
+    fastest: TrialRecord
+
+    @property
+    def resplit(self) -> bool:
+        return self.fastest.split != self.best.split
+
+    @property
+    def speedup(self) -> float:
+        return (self.fastest.speed or 0.0) / max(self.best.speed or 0.0, 1e-9)
+
+    @property
+    def values(self) -> dict[str, Any]:
+        """The best trial's values, with the fastest split (and where it came from)."""
+        values = dict(self.best.values)
+        if self.resplit:
+            k, m = self.best.split
+            values[HP_ACCUMULATION_STEPS], values[HP_MICRO_BATCH_SIZE] = self.fastest.split
+            values[RESPLIT_FROM_TRIAL] = self.best.trial_id
+            values[RESPLIT_FROM_SPLIT] = f"{k} x {m}"
+            values[RESPLIT_SPEEDUP] = round(self.speedup, 3)
+        return values
+
+
+def choose_trainer_split(records: Iterable[TrialRecord]) -> TrainerChoice | None:
+    """The best trial and the fastest trial that trains the same model; None if none scored.
+
+    The fastest has the best trial's :func:`duplicate_key` (same effective batch and
+    learning rate) and the highest measured examples/s, so it is feasible (it ran) and,
+    because accumulation is exact, trains the same weights faster. Ties on the score: a
+    trial that was trained beats one that reused its score, then the earlier trial.
+    """
+    scored = [r for r in records if r.scored]
+    if not scored:
+        return None
+    best = max(scored, key=lambda r: (r.score, r.reused_from is None, -int(r.trial_id)))
+    key = duplicate_key(best.values)
+    same = [r for r in scored if duplicate_key(r.values) == key]
+    fastest = max(same, key=lambda r: (r.speed or 0.0, r is best))
+    return TrainerChoice(best, fastest)
+
+
+def exceeds_effective_batch_limit(k: int, m: int, limit: int | None) -> bool:
+    """The one rule of ``max_effective_batch``: ``k x m`` above it is not trained."""
+    return limit is not None and k * m > limit
+
+
+def within_effective_batch_limit(
+    values: dict[str, Any],
+    accumulation_steps_choices: Sequence[int],
+    micro_batch_choices: Sequence[int],
+    limit: int | None,
+) -> dict[str, Any]:
+    """``values`` with ``k x m`` within ``limit``.
+
+    A proposal above the limit becomes the nearest one that fits: the same micro-batch with
+    the largest accumulation step count that fits, else the largest effective batch that
+    fits. The learning rate and every other value are kept. Raises ``ValueError`` when no
+    combination fits (``SearchSpace`` refuses such a space up front).
+    """
+    k, m = values.get(HP_ACCUMULATION_STEPS), values.get(HP_MICRO_BATCH_SIZE)
+    if k is None or m is None or not exceeds_effective_batch_limit(k, m, limit):
+        return values
+    fits = [
+        (kk, mm)
+        for kk in accumulation_steps_choices
+        for mm in micro_batch_choices
+        if not exceeds_effective_batch_limit(kk, mm, limit)
+    ]
+    if not fits:
+        raise ValueError(f"No accumulation steps x micro-batch combination fits {limit}.")
+    k, m = max(fits, key=lambda pair: (pair[1] == m, pair[0] * pair[1], pair[1]))
+    return {**values, HP_ACCUMULATION_STEPS: k, HP_MICRO_BATCH_SIZE: m}
+
+
+def steps_per_epoch(examples: int, global_batch: int) -> int:
+    """The budget rule: an epoch of ``examples`` examples, rounded up to whole batches."""
+    return math.ceil(examples / global_batch)

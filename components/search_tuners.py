@@ -1,0 +1,318 @@
+"""Keras Tuner extended for exact accumulation: an oracle mixin and a tuner mixin.
+
+Both use Keras Tuner's public seams (``Oracle.populate_space``, ``Oracle.get_best_trials``,
+``Tuner.run_trial``, ``on_trial_begin``/``on_trial_end``, ``search``,
+``get_best_hyperparameters``); the policy they apply is :mod:`components.search_policy`.
+The one private use left (building a trial's model without a session reset) is in
+:mod:`components.keras_tuner_adapter`.
+
+- :class:`AccumulationOracleMixin`: proposals stay within ``max_effective_batch`` (every
+  algorithm proposes in ``populate_space``); the best trials carry what each trial measured
+  (speed, memory, examples, reuse) as fixed values, which is how they reach TFX's
+  ``tuner_results.json``; ``get_best_trials(None)`` means all (TFX ranks Hyperband's
+  trials with its ``max_trials``, which is None).
+- :class:`AccumulationTunerMixin`: a trial that would train the same model as a finished
+  one reuses its score and only measures its own speed and memory; one line per trial;
+  with ``parallel_trials`` > 1 the trials run in worker processes
+  (:mod:`components.parallel_search`); ``get_best_hyperparameters`` returns the Tuner's
+  decision: the best trial's values with the fastest exact split of its effective batch.
+
+Example:
+
+```python
+tuner = make_tuner(space, AccumulationHyperModel(space, splits, "mlp"), directory)
+tuner.search(epochs=space.tuning_epochs)
+tuner.get_best_hyperparameters()[0].values  # what the Trainer trains with
+```
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from typing import Any
+
+import keras_tuner
+
+from tfx_accum import console
+from tfx_accum.components import parallel_search
+from tfx_accum.components.hypermodel import OBJECTIVE, AccumulationHyperModel
+from tfx_accum.components.keras_tuner_adapter import NoSessionResetMixin
+from tfx_accum.components.peak_memory import PeakMemory
+from tfx_accum.components.search_policy import (
+    TrialRecord,
+    choose_trainer_split,
+    finished_duplicate,
+)
+from tfx_accum.components.search_space import SearchSpace
+from tfx_accum.components.settings import (
+    HP_ACCUMULATION_STEPS,
+    HP_LEARNING_RATE,
+    HP_MICRO_BATCH_SIZE,
+    TRIAL_EXAMPLES,
+    TRIAL_PEAK_MEMORY,
+    TRIAL_REUSED_FROM,
+    TRIAL_SPEED,
+)
+
+_MEASURED = (TRIAL_EXAMPLES, TRIAL_SPEED, TRIAL_PEAK_MEMORY, TRIAL_REUSED_FROM)
+
+
+def _metric(trial, name: str) -> float | None:
+    if trial.metrics.exists(name):
+        value = trial.metrics.get_last_value(name)
+        return None if value is None else float(value)
+    return None
+
+
+def trial_record(trial) -> TrialRecord:
+    """What :mod:`search_policy` needs of a Keras Tuner trial."""
+    reused = _metric(trial, TRIAL_REUSED_FROM)
+    return TrialRecord(
+        trial.trial_id,
+        trial.status,
+        trial.score,
+        dict(trial.hyperparameters.values),
+        speed=_metric(trial, TRIAL_SPEED),
+        reused_from=None if reused is None else str(int(reused)),
+    )
+
+
+def _with_measurements(trial):
+    """A copy of ``trial`` whose values also hold what it measured (for TFX's results)."""
+    measured = {name: _metric(trial, name) for name in _MEASURED}
+    if all(value is None for value in measured.values()):
+        return trial
+    annotated = copy.copy(trial)  # the oracle's own trial is left as it is
+    annotated.hyperparameters = trial.hyperparameters.copy()
+    for name, value in measured.items():
+        if value is not None:
+            annotated.hyperparameters.Fixed(name, round(value, 3))
+    return annotated
+
+
+class AccumulationOracleMixin:
+    """Mixed in front of a Keras Tuner oracle class; ``space`` is the search space."""
+
+    def __init__(self, *args, space: SearchSpace, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.space = space
+
+    def populate_space(self, trial_id):
+        result = super().populate_space(trial_id)
+        if result.get("values"):
+            result["values"] = self.space.within_limit(result["values"])
+        return result
+
+    def get_best_trials(self, num_trials=1):
+        count = len(self.trials) if num_trials is None else num_trials
+        return [_with_measurements(t) for t in super().get_best_trials(count)]
+
+
+class RandomSearchOracle(AccumulationOracleMixin, keras_tuner.oracles.RandomSearchOracle):
+    pass
+
+
+class BayesianOptimizationOracle(
+    AccumulationOracleMixin, keras_tuner.oracles.BayesianOptimizationOracle
+):
+    pass
+
+
+class HyperbandOracle(AccumulationOracleMixin, keras_tuner.oracles.HyperbandOracle):
+    pass
+
+
+class AccumulationTunerMixin:
+    """Reuse of exact duplicates, trial lines, parallel workers and the Trainer's split.
+
+    ``parallel_trials`` > 1 with a ``worker_spec`` (what a worker process needs to rebuild
+    this tuner: ``parallel_search.worker_spec``) runs the trials in worker processes.
+    """
+
+    def __init__(self, *args, parallel_trials: int = 1, worker_spec: dict | None = None, **kw):
+        super().__init__(*args, **kw)
+        self.parallel_trials, self.worker_spec = parallel_trials, worker_spec
+
+    def on_trial_begin(self, trial):
+        self._trial_started = time.monotonic()
+        self.hypermodel.last_timing = None
+        super().on_trial_begin(trial)
+
+    def run_trial(self, trial, *args, **kwargs):
+        source = self._finished_duplicate(trial)
+        if source is None:
+            return super().run_trial(trial, *args, **kwargs)
+        model = self.hypermodel.build(trial.hyperparameters)
+        speed = self.hypermodel.measure_speed(trial.hyperparameters, model)
+        examples = _metric(source, TRIAL_EXAMPLES)
+        return {
+            OBJECTIVE: float(source.score),
+            **speed,
+            **({TRIAL_EXAMPLES: examples} if examples is not None else {}),
+            TRIAL_REUSED_FROM: float(int(source.trial_id)),
+        }
+
+    def _finished_duplicate(self, trial):
+        """A finished trial that trains ``trial``'s model (asked of the oracle, which in a
+        worker is the chief's, over gRPC), or None."""
+        if not self.hypermodel.space.reuse_exact_duplicates:
+            return None
+        finished = {t.trial_id: t for t in self.oracle.get_best_trials(10**6)}
+        record = finished_duplicate(
+            trial.trial_id,
+            trial.hyperparameters.values,
+            (trial_record(t) for t in finished.values()),
+        )
+        return None if record is None else finished[record.trial_id]
+
+    def on_trial_end(self, trial):
+        seconds = time.monotonic() - getattr(self, "_trial_started", time.monotonic())
+        timing = getattr(self.hypermodel, "last_timing", None)
+        super().on_trial_end(trial)
+        if parallel_search.is_worker():
+            # The chief's oracle scored it; this process's copy has neither score nor metrics.
+            trial = self.oracle.get_trial(trial.trial_id)
+        console.say(_trial_line(trial, seconds, timing))
+
+    def search(self, *args, **kwargs):
+        if parallel_search.is_worker():
+            return super().search(*args, **kwargs)  # asks the chief's oracle for trials
+        if self.parallel_trials > 1 and self.worker_spec is not None:
+            parallel_search.run_workers(self, self.parallel_trials, self.worker_spec)
+        else:
+            super().search(*args, **kwargs)
+        trials = list(self.oracle.trials.values())
+        if not any(t.status == "COMPLETED" for t in trials):
+            last = next((t.message for t in reversed(trials) if t.message), "no trial ran")
+            raise RuntimeError(
+                f"All {len(trials)} tuning trials failed, so there are no best "
+                "hyperparameters. Last failure: "
+                f"{last.strip().splitlines()[-1] if last else last}. Try smaller "
+                "micro_batch_choices, or a larger max_effective_batch."
+            )
+        self._say_results(trials)
+
+    def _say_results(self, trials: list) -> None:
+        reused = [t for t in trials if _metric(t, TRIAL_REUSED_FROM) is not None]
+        if reused:
+            console.say(
+                f"[tuner] {len(reused)} of {len(trials)} trial(s) were exact duplicates of a "
+                "finished trial (same effective batch and learning rate): their scores were "
+                "reused, not retrained"
+            )
+        choice = choose_trainer_split(trial_record(t) for t in trials)
+        if choice is not None and choice.resplit:
+            (k, m), (new_k, new_m) = choice.best.split, choice.fastest.split
+            console.say(
+                f"[tuner] best: trial {choice.best.trial_id} ({k} x {m}, effective batch "
+                f"{k * m}); trial {choice.fastest.trial_id} ran the same effective batch "
+                f"and learning rate as {new_k} x {new_m} {choice.speedup:.2f}x faster. "
+                "Accumulation is exact, so that split trains the same model: the "
+                "Trainer uses it"
+            )
+
+    def get_best_hyperparameters(self, num_trials=1):
+        """The Tuner's decision first: the best trial's values with the fastest exact split
+        of its effective batch (``search_policy.choose_trainer_split``), then the rest."""
+        found = super().get_best_hyperparameters(num_trials)
+        choice = choose_trainer_split(trial_record(t) for t in self.oracle.trials.values())
+        if choice is None or not found:
+            return found
+        decision = self.oracle.trials[choice.best.trial_id].hyperparameters.copy()
+        for name, value in choice.values.items():
+            if name in decision.values:
+                decision.values[name] = value
+            else:
+                decision.Fixed(name, value)
+        return [decision, *found[1:]]
+
+
+def _trial_line(trial, seconds: float, timing) -> str:
+    values = trial.hyperparameters.values
+    steps, micro = values.get(HP_ACCUMULATION_STEPS), values.get(HP_MICRO_BATCH_SIZE)
+    lr = values.get(HP_LEARNING_RATE)
+    effective = steps * micro if steps and micro else "?"
+    score = f"{OBJECTIVE}={trial.score:.4f}" if trial.score is not None else "no score"
+    message = ""
+    if trial.status != "COMPLETED" and trial.message:
+        message = " - " + trial.message.strip().splitlines()[-1][:160]
+    speed = ""
+    if trial.status == "COMPLETED":
+        rate, peak = _metric(trial, TRIAL_SPEED), _metric(trial, TRIAL_PEAK_MEMORY)
+        speed = f", {rate:,.0f} examples/s" if rate else ""
+        speed += f", peak {PeakMemory().kind} memory {peak:,.0f} MiB" if peak else ""
+    reused = _metric(trial, TRIAL_REUSED_FROM) if trial.status == "COMPLETED" else None
+    if reused is not None:
+        score += (
+            f" (reused from trial {int(reused):0{len(trial.trial_id)}d}: same effective "
+            "batch and learning rate, exact accumulation; speed measured only)"
+        )
+    return (
+        f"[tuner] trial {trial.trial_id}: accumulation_steps={steps} micro_batch={micro} "
+        f"lr={lr:.2e} (effective batch {effective}) -> {score} [{trial.status}] "
+        f"{seconds:.1f} s{speed}{timing.describe() if timing else ''}{message}"
+    )
+
+
+class AccumulationTuner(AccumulationTunerMixin, NoSessionResetMixin, keras_tuner.Tuner):
+    """Random and Bayesian search (the algorithm is the oracle's)."""
+
+
+class AccumulationHyperband(AccumulationTunerMixin, NoSessionResetMixin, keras_tuner.Hyperband):
+    """Hyperband: Keras Tuner's Hyperband tuner (epochs per round, weights carried from the
+    trial it continues) with our oracle."""
+
+    def __init__(self, oracle, hypermodel, parallel_trials: int = 1, worker_spec=None, **kwargs):
+        # keras_tuner.Hyperband.__init__ only builds its own HyperbandOracle; ours is given.
+        keras_tuner.Tuner.__init__(self, oracle=oracle, hypermodel=hypermodel, **kwargs)
+        self.parallel_trials, self.worker_spec = parallel_trials, worker_spec
+
+
+def make_oracle(space: SearchSpace, objective) -> keras_tuner.Oracle:
+    """The oracle for ``space.algorithm``; failed trials never stop the search early."""
+    common: dict[str, Any] = dict(
+        objective=objective,
+        seed=space.seed,
+        max_retries_per_trial=0,
+        max_consecutive_failed_trials=max(space.max_trials, 1000),
+        space=space,
+    )
+    if space.algorithm == "random":
+        return RandomSearchOracle(max_trials=space.max_trials, **common)
+    if space.algorithm == "bayesian":
+        return BayesianOptimizationOracle(
+            max_trials=space.max_trials, num_initial_points=max(2, space.max_trials // 3), **common
+        )
+    return HyperbandOracle(
+        max_epochs=space.tuning_epochs, factor=3, hyperband_iterations=1, **common
+    )
+
+
+def make_tuner(
+    space: SearchSpace,
+    hypermodel: AccumulationHyperModel,
+    directory: str,
+    strategy=None,
+    resume: bool = False,
+    parallel_trials: int = 1,
+    worker_spec: dict | None = None,
+) -> keras_tuner.Tuner:
+    """The Keras Tuner for ``space.algorithm``.
+
+    ``resume``: continue a search already in ``directory`` (Keras Tuner reloads its oracle
+    and trials; finished trials are not run again, an interrupted one is run again).
+    ``parallel_trials``, ``worker_spec``: see :class:`AccumulationTunerMixin`.
+    """
+    oracle = make_oracle(space, keras_tuner.Objective(OBJECTIVE, direction="max"))
+    tuner_class = AccumulationHyperband if space.algorithm == "hyperband" else AccumulationTuner
+    return tuner_class(
+        oracle=oracle,
+        hypermodel=hypermodel,
+        directory=directory,
+        project_name="tfx_accum",
+        overwrite=not resume,
+        distribution_strategy=strategy,
+        parallel_trials=parallel_trials,
+        worker_spec=worker_spec,
+    )

@@ -1,0 +1,145 @@
+"""Unit tests of the search policy (components/search_policy.py): no TensorFlow, milliseconds."""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+import pytest
+
+from tfx_accum.components.search_policy import (
+    TrialRecord,
+    choose_trainer_split,
+    duplicate_key,
+    exceeds_effective_batch_limit,
+    finished_duplicate,
+    steps_per_epoch,
+    within_effective_batch_limit,
+)
+from tfx_accum.components.settings import TRIAL_SPEED, TunerDecision
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _values(k: int, m: int, lr: float = 1e-3, **rest) -> dict:
+    return {"accumulation_steps": k, "micro_batch_size": m, "learning_rate": lr, **rest}
+
+
+def _record(trial_id: str, k: int, m: int, score=0.9, lr=1e-3, speed=None, **kwargs):
+    return TrialRecord(trial_id, "COMPLETED", score, _values(k, m, lr), speed=speed, **kwargs)
+
+
+def test_the_policy_module_does_not_import_tensorflow_or_keras_tuner():
+    # In a fresh interpreter: other tests of this session have imported TensorFlow.
+    import subprocess
+
+    code = (
+        "import sys, tfx_accum.components.search_policy, tfx_accum.components.search_space\n"
+        "print(sorted(m for m in ('tensorflow', 'keras', 'keras_tuner') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_splits_of_one_effective_batch_and_learning_rate_are_duplicates():
+    assert (
+        duplicate_key(_values(4, 8))
+        == duplicate_key(_values(2, 16))
+        == duplicate_key(_values(1, 32))
+    )
+    assert duplicate_key(_values(4, 8)) != duplicate_key(_values(4, 16))
+    assert duplicate_key(_values(4, 8, 1e-3)) != duplicate_key(_values(4, 8, 1e-2))
+    # Every other value counts (Hyperband's epochs, a model function's own) ...
+    assert duplicate_key(_values(4, 8, units=64)) != duplicate_key(_values(2, 16, units=128))
+    # ... but not what a trial measured beside its values.
+    assert duplicate_key(_values(4, 8, **{TRIAL_SPEED: 10.0})) == duplicate_key(_values(2, 16))
+
+
+def test_a_finished_duplicate_is_found_only_among_other_scored_trials():
+    done = [
+        _record("00", 4, 8),
+        TrialRecord("01", "FAILED", None, _values(2, 16)),
+        _record("02", 1, 64),
+    ]
+    assert finished_duplicate("05", _values(2, 16), done).trial_id == "00"
+    assert finished_duplicate("00", _values(4, 8), done[:2]) is None  # not itself
+    assert finished_duplicate("05", _values(8, 16), done) is None
+
+
+def test_the_trainer_gets_the_fastest_split_of_the_best_trials_model():
+    records = [
+        _record("00", 4, 8, score=0.95, speed=100.0),
+        _record("01", 1, 32, score=0.95, speed=300.0, reused_from="00"),
+        _record("02", 2, 16, score=0.95, speed=200.0, reused_from="00"),
+        _record("03", 1, 64, score=0.90, speed=900.0),
+    ]
+    choice = choose_trainer_split(records)
+    assert choice.best.trial_id == "00"  # the trained one wins the tie with its reuses
+    assert choice.fastest.trial_id == "01"
+    assert choice.resplit and choice.speedup == pytest.approx(3.0)
+    assert choice.values == {
+        **_values(1, 32),
+        "resplit_from_trial": "00",
+        "resplit_from_split": "4 x 8",
+        "resplit_speedup": 3.0,
+    }
+    assert choose_trainer_split([]) is None
+    alone = choose_trainer_split([_record("00", 4, 8, speed=1.0)])
+    assert not alone.resplit and alone.values == _values(4, 8)
+
+
+def test_the_decision_round_trips_through_best_hyperparameters():
+    choice = choose_trainer_split(
+        [_record("00", 4, 8, speed=100.0), _record("01", 2, 16, speed=250.0)]
+    )
+    decision = TunerDecision.from_config({"space": [], "values": choice.values})
+    assert decision.hyperparameters.accumulation_steps == 2
+    assert decision.hyperparameters.micro_batch_size == 16
+    assert decision.resplit_from_trial == "00" and decision.resplit_from_split == "4 x 8"
+    assert "2.50x faster" in decision.describe_source()
+
+
+def test_the_effective_batch_limit_is_one_rule():
+    assert not exceeds_effective_batch_limit(4, 8, None)
+    assert not exceeds_effective_batch_limit(4, 8, 32)
+    assert exceeds_effective_batch_limit(4, 16, 32)
+    choices = ((1, 2, 4, 8), (8, 16, 64))
+    assert within_effective_batch_limit(_values(8, 16), *choices, 32) == _values(2, 16)
+    assert within_effective_batch_limit(_values(1, 64), *choices, 32) == _values(2, 16)
+    assert within_effective_batch_limit(_values(8, 16), *choices, None) == _values(8, 16)
+    with pytest.raises(ValueError, match="fits 4"):
+        within_effective_batch_limit(_values(8, 16), *choices, 4)
+
+
+def test_every_trial_sees_the_same_examples_in_whole_batches():
+    assert steps_per_epoch(1171, 32) == 37
+    assert steps_per_epoch(1171, 1171) == 1
+    assert steps_per_epoch(1171, 2048) == 1
+
+
+def _sources():
+    for folder in ("components", "pipeline", "kubeflow", "tfx_accum", "bench"):
+        yield from (ROOT / folder).rglob("*.py")
+
+
+def test_keras_tuner_is_extended_not_patched():
+    """No assignment to a Keras Tuner object's method, no keras_tuner.src outside the adapter."""
+    adapter = ROOT / "components" / "keras_tuner_adapter.py"
+    patched, private = [], []
+    for path in _sources():
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Assign):
+                for target in node.targets:
+                    owner = getattr(target, "value", None)
+                    name = getattr(owner, "attr", getattr(owner, "id", None))
+                    if isinstance(target, ast.Attribute) and name in ("oracle", "tuner"):
+                        patched.append(f"{path.name}:{node.lineno}")
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(
+                "keras_tuner.src"
+            ):
+                if path != adapter:
+                    private.append(f"{path.name}:{node.lineno}")
+    assert not patched, patched
+    assert not private, private
