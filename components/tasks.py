@@ -1,0 +1,171 @@
+"""What the model predicts: the task, inferred from the label by one rule, or given.
+
+Three tasks: ``multiclass`` and ``binary`` classification, and single-target
+``regression``. The rule (:func:`infer_task`), the same wherever the label is seen (the
+command line's data check, or the Tuner and Trainer from StatisticsGen's statistics):
+
+- a text label: classification (its distinct values are the classes);
+- an integer label (or whole numbers written as floats, ``0.0``/``1.0``) with at most
+  ``MAX_CLASSES_INFERRED`` possible values ``0..max``: classification;
+- otherwise (fractional numbers, or many distinct integers such as ages 25-346):
+  regression.
+
+Two classes make ``binary``. ``--task`` overrides the rule. Each task fixes the Tuner's
+objective, the serving output and the Evaluator's metrics (:data:`OBJECTIVES`,
+:data:`PREDICTION_KEYS`). Importing this module is cheap (no TensorFlow).
+
+Example:
+
+```python
+infer_task(LabelFacts(dtype="int", minimum=25, maximum=346, distinct=214, integral=True))
+# Inference(task='regression', num_classes=None, reason='...')
+```
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+MULTICLASS, BINARY, REGRESSION = "multiclass", "binary", "regression"
+CLASSIFICATION = "classification"  # --task classification: multiclass or binary by count
+TASKS = (MULTICLASS, BINARY, REGRESSION)
+TASK_CHOICES = (CLASSIFICATION, REGRESSION)  # what --task accepts
+MAX_CLASSES_INFERRED = 20  # integer labels with more possible values are regression
+
+# The Tuner's objective per task (Keras metric names of the validation pass).
+OBJECTIVES = {
+    MULTICLASS: ("val_accuracy", "max"),
+    BINARY: ("val_auc", "max"),
+    REGRESSION: ("val_loss", "min"),
+}
+# The serving signature's output per task: class probabilities, or the predicted value.
+SCORES_KEY, PREDICTIONS_KEY = "scores", "predictions"
+PREDICTION_KEYS = {MULTICLASS: SCORES_KEY, BINARY: SCORES_KEY, REGRESSION: PREDICTIONS_KEY}
+
+
+def is_classification(task: str) -> bool:
+    return task in (MULTICLASS, BINARY)
+
+
+@dataclasses.dataclass(frozen=True)
+class LabelFacts:
+    """What is known of the label's values (from the data check or the statistics).
+
+    ``dtype``: ``"string"``, ``"int"`` or ``"float"``; ``distinct``: the number of distinct
+    values where known (None: not counted); ``integral``: every value a whole number
+    (None: not known, as for a FLOAT feature in StatisticsGen's statistics).
+    """
+
+    dtype: str
+    minimum: float | None = None
+    maximum: float | None = None
+    distinct: int | None = None
+    integral: bool | None = None
+    vocabulary: tuple[str, ...] = ()  # text labels
+
+
+@dataclasses.dataclass(frozen=True)
+class Inference:
+    task: str
+    num_classes: int | None  # None for regression
+    reason: str  # for the one printed line
+
+
+def infer_task(
+    label: LabelFacts, requested: str | None = None, num_classes: int | None = None
+) -> Inference:
+    """The task for ``label`` (``requested``: ``--task``; ``num_classes``: ``--num-classes``).
+
+    Raises ``ValueError`` with the way out where the request cannot be met (a text label
+    as regression, fractional labels as classes).
+    """
+    if requested not in (None, CLASSIFICATION, REGRESSION, *TASKS):
+        raise ValueError(
+            f"`task` must be one of {', '.join(TASK_CHOICES)}. Received: task={requested!r}."
+        )
+    if requested == REGRESSION or (requested is None and _looks_like_regression(label)):
+        if label.dtype == "string":
+            raise ValueError(
+                "A text label cannot be a regression target; leave --task out (text labels "
+                "are classes) or convert the label to numbers."
+            )
+        if num_classes is not None:
+            raise ValueError("--num-classes applies to classification, not to --task regression.")
+        reason = "--task regression" if requested else _regression_reason(label)
+        return Inference(REGRESSION, None, reason)
+    count = _class_count(label, num_classes)
+    if count < 2:
+        raise ValueError(
+            "The label has a single class; classification needs at least two (a model "
+            "trained on one class predicts it always). Check the label column and the data."
+        )
+    task = BINARY if count == 2 else MULTICLASS
+    if requested:
+        reason = f"--task {requested}"
+    elif label.dtype == "string":
+        reason = f"text label with {count} distinct values"
+    else:
+        reason = (
+            f"whole-number label with {count} classes 0..{count - 1}"
+            if num_classes is None
+            else f"--num-classes {num_classes}"
+        )
+    return Inference(task, count, reason)
+
+
+def _looks_like_regression(label: LabelFacts) -> bool:
+    if label.dtype == "string":
+        return False
+    if label.integral is False:
+        return True
+    if label.integral is None and label.dtype == "float":
+        return True  # fractional values cannot be ruled out
+    if label.minimum is not None and label.minimum < 0:
+        return True
+    return label.maximum is not None and label.maximum + 1 > MAX_CLASSES_INFERRED
+
+
+def _regression_reason(label: LabelFacts) -> str:
+    span = (
+        f" from {label.minimum:g} to {label.maximum:g}"
+        if label.minimum is not None and label.maximum is not None
+        else ""
+    )
+    if label.integral is False or (label.integral is None and label.dtype == "float"):
+        return f"fractional numbers{span}"
+    distinct = f"{label.distinct} distinct " if label.distinct else ""
+    return (
+        f"{distinct}whole numbers{span}, more than {MAX_CLASSES_INFERRED} possible classes"
+        if label.minimum is None or label.minimum >= 0
+        else f"negative numbers{span}"
+    )
+
+
+def _class_count(label: LabelFacts, num_classes: int | None) -> int:
+    if label.dtype == "string":
+        count = label.distinct if label.distinct is not None else len(label.vocabulary)
+        if num_classes is not None and num_classes != count:
+            raise ValueError(
+                f"--num-classes {num_classes}, but the text label has {count} distinct values; "
+                "leave --num-classes out."
+            )
+        return count
+    if label.integral is False:
+        raise ValueError(
+            "The label has fractional values, which cannot be classes; use --task regression, "
+            "or write class indices 0..N-1."
+        )
+    if label.minimum is not None and label.minimum < 0:
+        raise ValueError(
+            f"Label {label.minimum:g} is not a class index (an integer >= 0); use --task "
+            "regression, or map the labels to 0..N-1."
+        )
+    inferred = int(label.maximum) + 1 if label.maximum is not None else 2
+    if num_classes is not None:
+        if inferred > num_classes:
+            raise ValueError(
+                f"Label {inferred - 1} is outside 0..{num_classes - 1} (--num-classes "
+                f"{num_classes}); raise --num-classes or leave it out."
+            )
+        return num_classes
+    return inferred
