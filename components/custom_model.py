@@ -4,27 +4,34 @@ The function receives what the pipeline knows about the data and the trial, and 
 Keras model (functional or Sequential, compiled or not)::
 
     def my_model(features, num_classes, hp):
-        # features: {name: tf.io.FixedLenFeature(shape, dtype)}, the model's inputs:
+        # features: {input name: tf.io.FixedLenFeature(shape, dtype)}, the model's inputs:
         #   numeric columns [1] float32 (missing values filled with the mean),
-        #   string columns [1] int64 (vocabulary index, 0 = missing or unseen),
+        #   string and categorical columns [1] int64 (index, 0 = missing or unseen),
         #   image features [height, width, channels] float32 in [0, 1]
-        # num_classes: from the data (string labels: the size of their vocabulary)
+        # num_classes: from the data (string labels: the size of their vocabulary);
+        #   None for a regression task (then return one output unit, linear)
         # hp: the trial's keras_tuner.HyperParameters; declare your own beside ours
         inputs = {name: keras.Input((1,), name=name) for name in features}
         x = keras.layers.Concatenate()(list(inputs.values()))
         x = keras.layers.Dense(hp.Choice("units", [64, 128]), activation="relu")(x)
         return keras.Model(inputs, keras.layers.Dense(num_classes, activation="softmax")(x))
 
-A function that also takes ``feature_stats`` gets ``{"mean": {...}, "variance": {...},
-"vocabulary": {...}}`` of the training split per numeric (or string) feature, for a
+The input names are the data's column names where those are valid Keras names, else a
+safe version (``sepal length (cm)`` -> ``sepal_length_cm``; components/columns.py); a
+function that takes ``feature_names`` gets ``{input name: column name}``. A function that
+also takes ``feature_stats`` gets ``{"mean": {...}, "variance": {...}, "vocabulary":
+{...}}`` of the training split per numeric (or string) input, for a
 ``keras.layers.Normalization`` (or an ``Embedding`` of ``len(vocabulary) + 1`` rows).
 
-The pipeline checks the model (inputs named after the data's features, shaped as above;
-one output of ``num_classes`` class probabilities), wraps it with
-:meth:`GradientAccumulationModel.from_model` unless it already is one, and compiles it: your
-loss and optimizer class are kept (the optimizer at the trial's learning rate); without a
-compile, sparse categorical cross-entropy and Adam. Accuracy is always a metric: the Tuner
-ranks by ``val_accuracy`` and the Evaluator blesses on it.
+**The model gets exactly the inputs it declares, by name.** It may leave features out
+(they are named in one console line, not read, and not part of the served model); an input
+that is not a feature of the data is an error. The pipeline checks the model (inputs
+shaped as above; one output: ``num_classes`` class probabilities, or one value for
+regression), wraps it in a GradientAccumulationModel whose inputs are the declared ones,
+keyed by name (so a model built on a list of inputs never receives columns by position),
+and compiles it: your loss and optimizer class are kept (the optimizer at the trial's
+learning rate); without a compile, the task's loss and Adam. The task's metrics are always
+added (components/task_compile.py): the Tuner ranks by them.
 
 The module must be importable where the Tuner and Trainer run: on the local runner from the
 current directory or ``PYTHONPATH``; on Kubeflow, inside the image.
@@ -42,8 +49,10 @@ from typing import Any
 import keras
 import tensorflow as tf
 
+from tfx_accum import console
 from tfx_accum.components.accumulation import GradientAccumulationModel
 from tfx_accum.components.features import NUMERIC, STRING, DataDescription
+from tfx_accum.components.task_compile import compile_arguments
 
 
 class ModelFunctionError(ValueError):
@@ -74,16 +83,19 @@ def call_model_function(reference: str, data: DataDescription, hp) -> keras.Mode
     """Calls the user's function and checks that its model suits the data."""
     function = load_model_function(reference)
     features = {
-        f.name: tf.io.FixedLenFeature(f.input_shape, tf.as_dtype(f.input_dtype))
+        f.input_name: tf.io.FixedLenFeature(f.input_shape, tf.as_dtype(f.input_dtype))
         for f in data.features
     }
     kwargs: dict[str, Any] = {"features": features, "num_classes": data.num_classes, "hp": hp}
-    if "feature_stats" in inspect.signature(function).parameters:
+    parameters = inspect.signature(function).parameters
+    if "feature_stats" in parameters:
         kwargs["feature_stats"] = {
-            "mean": {f.name: f.mean for f in data.kind(NUMERIC)},
-            "variance": {f.name: f.variance for f in data.kind(NUMERIC)},
-            "vocabulary": {f.name: list(f.vocabulary) for f in data.kind(STRING)},
+            "mean": {f.input_name: f.mean for f in data.kind(NUMERIC)},
+            "variance": {f.input_name: f.variance for f in data.kind(NUMERIC)},
+            "vocabulary": {f.input_name: list(f.vocabulary) for f in data.kind(STRING)},
         }
+    if "feature_names" in parameters:
+        kwargs["feature_names"] = {f.input_name: f.name for f in data.features}
     try:
         model = function(**kwargs)
     except Exception as error:  # noqa: BLE001 - the user's code: say where it failed
@@ -92,6 +104,30 @@ def call_model_function(reference: str, data: DataDescription, hp) -> keras.Mode
         ) from error
     check_model(reference, model, data)
     return model
+
+
+def narrow_to_declared(reference: str, data: DataDescription, component: str) -> DataDescription:
+    """``data`` with only the features the model function's model declares as inputs.
+
+    The model is built once with the hyperparameters' defaults; the features it leaves out
+    are named in one line, and are then neither read, nor preprocessed, nor served.
+    """
+    import keras_tuner
+
+    declared = declared_inputs(call_model_function(reference, data, keras_tuner.HyperParameters()))
+    left_out = [f.name for f in data.features if f.input_name not in declared]
+    if left_out:
+        shown = ", ".join(map(repr, left_out[:8])) + (", ..." if len(left_out) > 8 else "")
+        console.say(
+            f"[{component}] the model function declares {len(declared)} of "
+            f"{len(data.features)} features; not used: {shown}"
+        )
+    return data.only(declared)
+
+
+def declared_inputs(model: keras.Model) -> list[str]:
+    """The names of the model's inputs, in its order."""
+    return [tensor.name.split(":")[0] for tensor in model.inputs]
 
 
 def check_model(reference: str, model: Any, data: DataDescription) -> None:
@@ -108,16 +144,18 @@ def check_model(reference: str, model: Any, data: DataDescription) -> None:
             f"--model {reference}: the model has no defined inputs; build it from keras.Input "
             "layers (functional or Sequential with an Input)."
         )
-    shapes = {f.name: f.input_shape for f in data.features}
-    names = [tensor.name.split(":")[0] for tensor in inputs]
+    shapes = {f.input_name: f.input_shape for f in data.features}
+    names = declared_inputs(model)
     unknown = sorted(set(names) - set(shapes))
     if unknown:
-        keys = data.keys
+        keys = list(shapes)
         shown = ", ".join(keys[:8]) + (", ..." if len(keys) > 8 else "")
         raise ModelFunctionError(
-            f"--model {reference}: inputs {unknown} are not columns of the data "
-            f"(features: {shown}); name each keras.Input after a feature."
+            f"--model {reference}: inputs {unknown} are not features of the data "
+            f"(input names: {shown}); name each keras.Input after a feature."
         )
+    if len(set(names)) != len(names):
+        raise ModelFunctionError(f"--model {reference}: two inputs have the same name ({names}).")
     wrong = [
         f"{n} {tuple(t.shape[1:])} (expected {shapes[n]})"
         for n, t in zip(names, inputs)
@@ -129,20 +167,39 @@ def check_model(reference: str, model: Any, data: DataDescription) -> None:
             "string column is fed as (None, 1); an image as (None, height, width, channels)."
         )
     outputs = list(model.outputs)
-    if len(outputs) != 1 or outputs[0].shape[-1] != data.num_classes:
+    units = data.outputs
+    if len(outputs) != 1 or outputs[0].shape[-1] != units:
         found = [tuple(o.shape) for o in outputs]
+        wanted = (
+            f"{units} class probabilities (the data has {units} classes)"
+            if data.classification
+            else "1 unit, the predicted value (the task is regression)"
+        )
         raise ModelFunctionError(
-            f"--model {reference}: the model must have one output of {data.num_classes} class "
-            f"probabilities (the data has {data.num_classes} classes); it has {found}."
+            f"--model {reference}: the model must have one output of {wanted}; it has {found}."
         )
 
 
+def by_name(model: keras.Model) -> keras.Model:
+    """A functional model whose inputs are ``model``'s, as a dict keyed by their names,
+    calling ``model`` with them in the structure it was built with (dict, list, one)."""
+    inputs = {
+        name: keras.Input(t.shape[1:], name=name, dtype=t.dtype)
+        for name, t in zip(declared_inputs(model), model.inputs)
+    }
+    structure = keras.tree.map_structure(
+        lambda tensor: inputs[tensor.name.split(":")[0]], model.input
+    )
+    return keras.Model(inputs, model(structure), name=f"{model.name}_by_name")
+
+
 def as_accumulation_model(
-    model: keras.Model, accumulation_steps: int, learning_rate: float
+    model: keras.Model, accumulation_steps: int, learning_rate: float, task: str
 ) -> GradientAccumulationModel:
     """The user's model wrapped for exact accumulation (weights shared) and compiled."""
     compiled = getattr(model, "optimizer", None) is not None and getattr(model, "loss", None)
-    loss = model.loss if compiled else "sparse_categorical_crossentropy"
+    arguments = compile_arguments(task)
+    loss = model.loss if compiled else arguments["loss"]
     if compiled:
         config = model.optimizer.get_config()
         config["learning_rate"] = learning_rate
@@ -153,6 +210,6 @@ def as_accumulation_model(
         wrapped = model
         wrapped.gradient_accumulation_steps = accumulation_steps
     else:
-        wrapped = GradientAccumulationModel.from_model(model, accumulation_steps)
-    wrapped.compile(optimizer=optimizer, loss=loss, metrics=["accuracy"])
+        wrapped = GradientAccumulationModel.from_model(by_name(model), accumulation_steps)
+    wrapped.compile(optimizer=optimizer, loss=loss, metrics=arguments["metrics"])
     return wrapped

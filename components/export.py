@@ -1,16 +1,20 @@
 """Exports a trained model as a serving SavedModel for Evaluator and TF Serving.
 
 The ``serving_default`` signature takes serialized ``tf.Example`` protos (input name
-``examples``) carrying the raw input features (numbers, strings, encoded image bytes; a
-feature may be missing), applies the preprocessing learned from the training split
-(:class:`~tfx_accum.components.features.Preprocessor`) and returns
-``{"scores": class probabilities, "classes": the most likely class}``; ``classes`` are the
-label's own values (string labels) or class indices as strings.
+``examples``) carrying the raw input features under the data's own names (numbers, strings,
+encoded image bytes; a feature may be missing; features the model does not use are not
+read), applies the preprocessing learned from the training split
+(:class:`~tfx_accum.components.features.Preprocessor`) and returns, per task
+(components/tasks.py):
 
-A second signature, ``transform_labels``, maps serialized examples to the class index of
-their label: the Evaluator uses it (TFMA's ``preprocessing_function_names``) so that string
-labels are compared with the scores by index. The export is a plain SavedModel: nothing of
-the accumulation logic is in it.
+- classification: ``{"scores": class probabilities, "classes": the most likely class}``;
+  ``classes`` are the label's own values (string labels) or class indices as strings;
+- regression: ``{"predictions": the predicted value, in the label's units}``.
+
+A second signature, ``transform_labels``, maps serialized examples to their label as the
+Evaluator compares it with the output (TFMA's ``preprocessing_function_names``): the class
+index (so that string labels are compared with the scores by index), or the label's value.
+The export is a plain SavedModel: nothing of the accumulation logic is in it.
 """
 
 from __future__ import annotations
@@ -19,10 +23,11 @@ import keras
 import tensorflow as tf
 
 from tfx_accum.components.features import DataDescription, Preprocessor, parse_label, parse_raw
+from tfx_accum.components.tasks import PREDICTION_KEYS, SCORES_KEY
 
 SERVING_SIGNATURE = "serving_default"
 LABELS_SIGNATURE = "transform_labels"
-OUTPUT_KEY = "scores"
+OUTPUT_KEY = SCORES_KEY  # classification; regression: tasks.PREDICTIONS_KEY
 CLASSES_KEY = "classes"
 
 
@@ -36,17 +41,33 @@ def export_serving_model(
     # finds them only under what is tracked; the layers sit in a dict of the preprocessor).
     for layer in preprocessor.layers_to_export():
         archive.track(layer)
-    names = list(data.label_vocabulary) or [str(i) for i in range(data.num_classes)]
-    class_names = tf.constant(names)
+    examples = tf.TensorSpec([None], tf.string, name="examples")
+    if data.classification:
+        names = list(data.label_vocabulary) or [str(i) for i in range(data.num_classes)]
+        class_names = tf.constant(names)
 
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="examples")])
-    def serve(serialized):
-        scores = model(preprocessor(parse_raw(serialized, data)), training=False)
-        return {OUTPUT_KEY: scores, CLASSES_KEY: tf.gather(class_names, tf.argmax(scores, -1))}
+        @tf.function(input_signature=[examples])
+        def serve(serialized):
+            scores = model(preprocessor(parse_raw(serialized, data)), training=False)
+            return {
+                OUTPUT_KEY: scores,
+                CLASSES_KEY: tf.gather(class_names, tf.argmax(scores, -1)),
+            }
 
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="examples")])
-    def transform_labels(serialized):
-        return {data.label_key: preprocessor.encode_label(parse_label(serialized, data))}
+        @tf.function(input_signature=[examples])
+        def transform_labels(serialized):
+            return {data.label_key: preprocessor.encode_label(parse_label(serialized, data))}
+
+    else:
+
+        @tf.function(input_signature=[examples])
+        def serve(serialized):
+            output = model(preprocessor(parse_raw(serialized, data)), training=False)
+            return {PREDICTION_KEYS[data.task]: preprocessor.decode_prediction(output)}
+
+        @tf.function(input_signature=[examples])
+        def transform_labels(serialized):
+            return {data.label_key: tf.cast(parse_label(serialized, data), tf.float32)}
 
     archive.add_endpoint(SERVING_SIGNATURE, serve)
     archive.add_endpoint(LABELS_SIGNATURE, transform_labels)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 NUMERIC, STRING, IMAGE = "numeric", "string", "image"
+CATEGORICAL = "categorical"  # integer categories (--categorical, or the schema says so)
 MAX_VOCABULARY = 1_000  # most frequent values of a text feature kept in its vocabulary
 _IMAGE_MAGIC = (b"\x89PNG\r\n\x1a\n", b"\xff\xd8\xff")  # PNG, JPEG
 

@@ -22,6 +22,7 @@ import keras_tuner
 import tensorflow as tf
 
 from tfx_accum.components.data import Splits, batched
+from tfx_accum.components.features import DataDescription
 from tfx_accum.components.micro_batch_probe import fitting_micro_batches
 from tfx_accum.components.models import build_model
 from tfx_accum.components.peak_memory import PeakMemory
@@ -37,9 +38,9 @@ from tfx_accum.components.settings import (
     TRIAL_SPEED,
 )
 from tfx_accum.components.strategy import ReplicaPlan, replica_plan
+from tfx_accum.components.tasks import OBJECTIVES
 from tfx_accum.components.trial_timing import EpochTimes
 
-OBJECTIVE = "val_accuracy"
 _OURS = (HP_ACCUMULATION_STEPS, HP_MICRO_BATCH_SIZE, HP_LEARNING_RATE)
 
 
@@ -56,7 +57,8 @@ class AccumulationHyperModel(keras_tuner.HyperModel):
     """Builds the GA model for a trial and trains it at the trial's effective batch.
 
     ``splits`` is None in a parallel search's chief, which trains nothing and loads no data:
-    there :meth:`build` only declares the search space.
+    there :meth:`build` only declares the search space, and ``data`` (the description)
+    says what the objective is. The objective follows the task (``tasks.OBJECTIVES``).
     """
 
     def __init__(
@@ -65,10 +67,13 @@ class AccumulationHyperModel(keras_tuner.HyperModel):
         splits: Splits | None,
         model_name: str,
         replicas: int = 1,
+        data: DataDescription | None = None,
     ):
         super().__init__(name="gradient_accumulation")
         self.space = space
         self.splits = splits
+        self.data = data if data is not None else splits.data
+        self.objective, self.direction = OBJECTIVES[self.data.task]
         self.model_name = model_name
         self.replicas = replicas
         self.last_timing: EpochTimes | None = None  # of the latest fit, for the trial line
@@ -128,8 +133,9 @@ class AccumulationHyperModel(keras_tuner.HyperModel):
         epochs = kwargs.pop("epochs", self.space.tuning_epochs)
         kwargs.pop("x", None)
         kwargs.pop("validation_data", None)
+        steps = steps_per_epoch(examples, plan.global_batch)
         train = batched(self.splits.train, plan.global_batch, shuffle_seed=self.space.seed)
-        validation = self.splits.eval.batch(EVAL_BATCH)
+        validation = self.splits.validation.batch(EVAL_BATCH)
         timing = EpochTimes(plan.global_batch)
         kwargs["callbacks"] = [*kwargs.get("callbacks", []), timing]
         memory = PeakMemory()
@@ -137,7 +143,7 @@ class AccumulationHyperModel(keras_tuner.HyperModel):
         try:
             history = model.fit(
                 train,
-                steps_per_epoch=steps_per_epoch(examples, plan.global_batch),
+                steps_per_epoch=steps,
                 epochs=epochs,
                 validation_data=validation,
                 verbose=0,
@@ -150,11 +156,13 @@ class AccumulationHyperModel(keras_tuner.HyperModel):
         self.last_timing = timing
         # Speed and memory ride along as metrics: Keras Tuner keeps them with the trial
         # (trial.json, and over gRPC from a parallel worker to the chief's oracle).
-        done = len(history.history.get(OBJECTIVE, []))
+        done = len(history.history.get("val_loss", []))
         extra = {
             TRIAL_SPEED: timing.examples_per_second(),
             TRIAL_PEAK_MEMORY: memory.peak_mb(),
-            TRIAL_EXAMPLES: float(timing.examples),
+            # The budget the trial's model has seen in all (Hyperband: from its first
+            # epoch on); the Trainer trains the best trial's configuration for as many.
+            TRIAL_EXAMPLES: float(epochs * steps * plan.global_batch),
         }
         for name, value in extra.items():
             if value is not None:

@@ -1,9 +1,12 @@
 """The model architectures the Trainer and Tuner can build, all as GA models.
 
-Every model takes a dict of preprocessed features (``components/features.py``: one
-``(batch, 1)`` number per numeric column, one vocabulary index per string column, one
-``(batch, height, width, channels)`` image per image feature), normalises numbers with
-statistics of the training split, and outputs class probabilities.
+Every model takes a dict of preprocessed features keyed by their input names
+(``components/features.py``: one ``(batch, 1)`` number per numeric column, one index per
+string or categorical column, one ``(batch, height, width, channels)`` image per image
+feature), normalises numbers with statistics of the training split, and outputs what the
+task needs (``components/tasks.py``): class probabilities (``scores``), or one value
+(``predictions``, the standardised regression target). The loss and metrics per task are
+in ``components/task_compile.py``.
 
 - ``cnn``: a small convolutional network on the image feature, or on the numeric columns
   as a square image (the 8x8 digits CSV); no BatchNormalization, so accumulation is exact.
@@ -21,8 +24,10 @@ import numpy as np
 
 from tfx_accum.components.accumulation import GradientAccumulationModel
 from tfx_accum.components.custom_model import as_accumulation_model, call_model_function
-from tfx_accum.components.features import IMAGE, NUMERIC, STRING, DataDescription
+from tfx_accum.components.features import CATEGORICAL, IMAGE, NUMERIC, STRING, DataDescription
 from tfx_accum.components.settings import MODEL_NAMES, image_side, is_model_function
+from tfx_accum.components.task_compile import compile_arguments
+from tfx_accum.components.tasks import PREDICTION_KEYS
 
 ONE_HOT_LIMIT = 32  # string features with up to this many values are one-hot encoded
 
@@ -30,7 +35,8 @@ ONE_HOT_LIMIT = 32  # string features with up to this many values are one-hot en
 def model_inputs(data: DataDescription) -> dict[str, keras.KerasTensor]:
     """One ``keras.Input`` per feature, shaped as the preprocessor delivers it."""
     return {
-        f.name: keras.Input(f.input_shape, name=f.name, dtype=f.input_dtype) for f in data.features
+        f.input_name: keras.Input(f.input_shape, name=f.input_name, dtype=f.input_dtype)
+        for f in data.features
     }
 
 
@@ -40,20 +46,20 @@ def tabular_vector(data: DataDescription, inputs: dict) -> keras.KerasTensor | N
     parts = []
     numeric = data.kind(NUMERIC)
     if numeric:
-        x = keras.layers.Concatenate(name="features")([inputs[f.name] for f in numeric])
+        x = keras.layers.Concatenate(name="features")([inputs[f.input_name] for f in numeric])
         parts.append(
             keras.layers.Normalization(
                 mean=np.array([f.mean for f in numeric], "float32"),
                 variance=np.array([f.variance for f in numeric], "float32"),
             )(x)
         )
-    for feature in data.kind(STRING):
-        size = len(feature.vocabulary) + 1  # + index 0: missing or out of vocabulary
+    for feature in (*data.kind(STRING), *data.kind(CATEGORICAL)):
+        size = feature.index_size  # index 0: missing or out of vocabulary
         if size <= ONE_HOT_LIMIT:
             encode = keras.layers.CategoryEncoding(size, output_mode="one_hot")
-            parts.append(encode(inputs[feature.name]))
+            parts.append(encode(inputs[feature.input_name]))
         else:
-            embedded = keras.layers.Embedding(size, 16)(inputs[feature.name])
+            embedded = keras.layers.Embedding(size, 16)(inputs[feature.input_name])
             parts.append(keras.layers.Flatten()(embedded))
     if not parts:
         return None
@@ -97,7 +103,7 @@ def build_model(
     # model_name comes validated (settings.ModelSettings).
     if is_model_function(model_name):
         model = call_model_function(model_name, data, hp)
-        return as_accumulation_model(model, accumulation_steps, learning_rate)
+        return as_accumulation_model(model, accumulation_steps, learning_rate, data.task)
     assert model_name in MODEL_NAMES, model_name
     inputs = model_inputs(data)
     images = data.kind(IMAGE)
@@ -118,12 +124,12 @@ def build_model(
                 f"({', '.join(f.name for f in images)}). Write a model function for several."
             )
         if images:  # an image feature, and any tabular ones beside it in the head
-            x = trunk(inputs[images[0].name])
+            x = trunk(inputs[images[0].input_name])
             tabular = tabular_vector(data, inputs)
             if tabular is not None:
                 x = keras.layers.Concatenate()([x, tabular])
         else:  # a square grid of numeric pixel columns (the 8x8 digits CSV)
-            if data.kind(STRING):
+            if data.kind(STRING) or data.kind(CATEGORICAL):
                 raise ValueError(
                     f"Model {model_name!r} reads the numeric columns as a square image; the "
                     f"data has string columns. Use --model mlp."
@@ -133,16 +139,16 @@ def build_model(
             x = trunk(keras.layers.Reshape((side, side, 1))(x))
         if model_name == "cnn":
             x = keras.layers.Dense(128, activation="relu")(x)
-    outputs = keras.layers.Dense(data.num_classes, activation="softmax", name="scores")(x)
+    outputs = keras.layers.Dense(
+        data.outputs,
+        activation="softmax" if data.classification else None,
+        name=PREDICTION_KEYS[data.task],
+    )(x)
     model = GradientAccumulationModel(
         inputs=inputs,
         outputs=outputs,
         gradient_accumulation_steps=accumulation_steps,
         name=f"{model_name}_ga{accumulation_steps}",
     )
-    model.compile(
-        optimizer=keras.optimizers.Adam(learning_rate),
-        loss="sparse_categorical_crossentropy",
-        metrics=["accuracy"],
-    )
+    model.compile(optimizer=keras.optimizers.Adam(learning_rate), **compile_arguments(data.task))
     return model

@@ -38,6 +38,7 @@ from tfx_accum.components.settings import (
     RESPLIT_FROM_SPLIT,
     RESPLIT_FROM_TRIAL,
     RESPLIT_SPEEDUP,
+    TRIAL_EXAMPLES,
     TRIAL_RECORDED,
 )
 
@@ -54,6 +55,7 @@ class TrialRecord:
     values: dict[str, Any]
     speed: float | None = None  # training examples per second
     reused_from: str | None = None  # the trial whose score this one reused
+    examples: float | None = None  # training examples the trial's model saw in all
 
     @property
     def scored(self) -> bool:
@@ -112,8 +114,11 @@ class TrainerChoice:
 
     @property
     def values(self) -> dict[str, Any]:
-        """The best trial's values, with the fastest split (and where it came from)."""
+        """The best trial's values, with the fastest split (and where it came from) and the
+        examples its model saw (the Trainer's default budget)."""
         values = dict(self.best.values)
+        if self.best.examples is not None:
+            values[TRIAL_EXAMPLES] = int(self.best.examples)
         if self.resplit:
             k, m = self.best.split
             values[HP_ACCUMULATION_STEPS], values[HP_MICRO_BATCH_SIZE] = self.fastest.split
@@ -123,8 +128,12 @@ class TrainerChoice:
         return values
 
 
-def choose_trainer_split(records: Iterable[TrialRecord]) -> TrainerChoice | None:
+def choose_trainer_split(
+    records: Iterable[TrialRecord], direction: str = "max"
+) -> TrainerChoice | None:
     """The best trial and the fastest trial that trains the same model; None if none scored.
+
+    ``direction``: ``"max"`` when a higher score is better (accuracy), ``"min"`` (loss).
 
     The fastest has the best trial's :func:`duplicate_key` (same effective batch and
     learning rate) and the highest measured examples/s, so it is feasible (it ran) and,
@@ -134,7 +143,8 @@ def choose_trainer_split(records: Iterable[TrialRecord]) -> TrainerChoice | None
     scored = [r for r in records if r.scored]
     if not scored:
         return None
-    best = max(scored, key=lambda r: (r.score, r.reused_from is None, -int(r.trial_id)))
+    sign = 1.0 if direction == "max" else -1.0
+    best = max(scored, key=lambda r: (sign * r.score, r.reused_from is None, -int(r.trial_id)))
     key = duplicate_key(best.values)
     same = [r for r in scored if duplicate_key(r.values) == key]
     fastest = max(same, key=lambda r: (r.speed or 0.0, r is best))
@@ -177,3 +187,29 @@ def within_effective_batch_limit(
 def steps_per_epoch(examples: int, global_batch: int) -> int:
     """The budget rule: an epoch of ``examples`` examples, rounded up to whole batches."""
     return math.ceil(examples / global_batch)
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainerBudget:
+    """How long the Trainer trains: ``updates`` optimizer updates of one global batch."""
+
+    updates: int
+    early_stopping: bool  # on the Trainer's validation split (a budget not the best trial's)
+    reason: str
+
+
+def trainer_budget(
+    train_steps: int, trial_examples: int | None, global_batch: int, best_trials: bool
+) -> TrainerBudget:
+    """The budget rule: the best trial's, unless asked otherwise.
+
+    ``best_trials`` (the default when tuning): as many examples as the best trial's model
+    saw (``trial_examples``), so that the Trainer, which trains the best configuration on
+    the same examples in the same order, ends with the best trial's model and score.
+    Otherwise (``--train-steps`` given, or tuning off): ``train_steps`` updates, stopped
+    early when the validation score stops improving.
+    """
+    if best_trials and trial_examples:
+        updates = math.ceil(trial_examples / global_batch)
+        return TrainerBudget(updates, False, "the best trial's budget")
+    return TrainerBudget(train_steps, True, "--train-steps, with early stopping")

@@ -36,7 +36,7 @@ import keras_tuner
 
 from tfx_accum import console
 from tfx_accum.components import parallel_search
-from tfx_accum.components.hypermodel import OBJECTIVE, AccumulationHyperModel
+from tfx_accum.components.hypermodel import AccumulationHyperModel
 from tfx_accum.components.keras_tuner_adapter import NoSessionResetMixin
 from tfx_accum.components.peak_memory import PeakMemory
 from tfx_accum.components.search_policy import (
@@ -75,6 +75,7 @@ def trial_record(trial) -> TrialRecord:
         dict(trial.hyperparameters.values),
         speed=_metric(trial, TRIAL_SPEED),
         reused_from=None if reused is None else str(int(reused)),
+        examples=_metric(trial, TRIAL_EXAMPLES),
     )
 
 
@@ -147,7 +148,7 @@ class AccumulationTunerMixin:
         speed = self.hypermodel.measure_speed(trial.hyperparameters, model)
         examples = _metric(source, TRIAL_EXAMPLES)
         return {
-            OBJECTIVE: float(source.score),
+            self.hypermodel.objective: float(source.score),
             **speed,
             **({TRIAL_EXAMPLES: examples} if examples is not None else {}),
             TRIAL_REUSED_FROM: float(int(source.trial_id)),
@@ -173,7 +174,7 @@ class AccumulationTunerMixin:
         if parallel_search.is_worker():
             # The chief's oracle scored it; this process's copy has neither score nor metrics.
             trial = self.oracle.get_trial(trial.trial_id)
-        console.say(_trial_line(trial, seconds, timing))
+        console.say(_trial_line(trial, seconds, timing, self.hypermodel.objective))
 
     def search(self, *args, **kwargs):
         if parallel_search.is_worker():
@@ -201,7 +202,7 @@ class AccumulationTunerMixin:
                 "finished trial (same effective batch and learning rate): their scores were "
                 "reused, not retrained"
             )
-        choice = choose_trainer_split(trial_record(t) for t in trials)
+        choice = choose_trainer_split((trial_record(t) for t in trials), self.hypermodel.direction)
         if choice is not None and choice.resplit:
             (k, m), (new_k, new_m) = choice.best.split, choice.fastest.split
             console.say(
@@ -216,7 +217,9 @@ class AccumulationTunerMixin:
         """The Tuner's decision first: the best trial's values with the fastest exact split
         of its effective batch (``search_policy.choose_trainer_split``), then the rest."""
         found = super().get_best_hyperparameters(num_trials)
-        choice = choose_trainer_split(trial_record(t) for t in self.oracle.trials.values())
+        choice = choose_trainer_split(
+            (trial_record(t) for t in self.oracle.trials.values()), self.hypermodel.direction
+        )
         if choice is None or not found:
             return found
         decision = self.oracle.trials[choice.best.trial_id].hyperparameters.copy()
@@ -228,12 +231,12 @@ class AccumulationTunerMixin:
         return [decision, *found[1:]]
 
 
-def _trial_line(trial, seconds: float, timing) -> str:
+def _trial_line(trial, seconds: float, timing, objective: str) -> str:
     values = trial.hyperparameters.values
     steps, micro = values.get(HP_ACCUMULATION_STEPS), values.get(HP_MICRO_BATCH_SIZE)
     lr = values.get(HP_LEARNING_RATE)
     effective = steps * micro if steps and micro else "?"
-    score = f"{OBJECTIVE}={trial.score:.4f}" if trial.score is not None else "no score"
+    score = f"{objective}={trial.score:.4f}" if trial.score is not None else "no score"
     message = ""
     if trial.status != "COMPLETED" and trial.message:
         message = " - " + trial.message.strip().splitlines()[-1][:160]
@@ -304,7 +307,8 @@ def make_tuner(
     and trials; finished trials are not run again, an interrupted one is run again).
     ``parallel_trials``, ``worker_spec``: see :class:`AccumulationTunerMixin`.
     """
-    oracle = make_oracle(space, keras_tuner.Objective(OBJECTIVE, direction="max"))
+    objective = keras_tuner.Objective(hypermodel.objective, direction=hypermodel.direction)
+    oracle = make_oracle(space, objective)
     tuner_class = AccumulationHyperband if space.algorithm == "hyperband" else AccumulationTuner
     return tuner_class(
         oracle=oracle,

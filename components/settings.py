@@ -55,6 +55,9 @@ LABEL_KEY = "label"
 TRAIN_STEPS = 300  # Trainer optimizer updates, each one whole effective batch
 ACCURACY_THRESHOLD = 0.95  # Evaluator's gate on eval-split accuracy
 EVAL_BATCH = 256  # batch size of validation passes (no gradients: not tuned)
+# custom_config["train_budget"]: the Trainer trains for the best trial's examples (the
+# default when tuning); otherwise for train_steps updates with early stopping.
+BEST_TRIAL_BUDGET = "best_trial"
 
 # What a trial records beside its score (Keras Tuner metrics, and columns of trials.csv).
 TRIAL_EXAMPLES = "examples"  # training examples the trial's score is for
@@ -168,13 +171,26 @@ class Hyperparameters:
 
 @dataclasses.dataclass(frozen=True)
 class ModelSettings:
-    """What the Tuner and Trainer modules need to build the model, from ``custom_config``."""
+    """What the Tuner and Trainer modules need to build the model, from ``custom_config``.
+
+    ``task``: ``classification``, ``regression`` (``--task``), or what the command line's
+    data check decided (``multiclass``, ``binary``, ``regression``); None: inferred from the
+    statistics (components/tasks.py). ``features``/``exclude_features``: the columns the
+    model gets (components/columns.py); ``categorical_features``: integer columns that are
+    categories, not quantities.
+    """
 
     model: str = DEFAULT_MODEL
-    num_classes: int | None = None  # None: inferred from the labels (components/features.py)
+    num_classes: int | None = None  # None: inferred from the labels (components/tasks.py)
     label_key: str = LABEL_KEY
+    task: str | None = None
+    features: tuple[str, ...] | None = None
+    exclude_features: tuple[str, ...] = ()
+    categorical_features: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        from tfx_accum.components.tasks import TASK_CHOICES, TASKS
+
         if self.model not in MODEL_NAMES and not is_model_function(self.model):
             raise ValueError(
                 f"`model` must be one of {', '.join(MODEL_NAMES)} or a model function as "
@@ -188,9 +204,26 @@ class ModelSettings:
             )
         if not isinstance(self.label_key, str) or not self.label_key:
             raise ValueError(f"`label_key` must be a column name. Received: {self.label_key!r}.")
+        if self.task is not None and self.task not in (*TASK_CHOICES, *TASKS):
+            raise ValueError(
+                f"`task` must be one of {', '.join(TASK_CHOICES)}. Received: task={self.task!r}."
+            )
+        for name in ("features", "exclude_features", "categorical_features"):
+            value = getattr(self, name)
+            if value is None:
+                continue
+            if isinstance(value, str) or not all(isinstance(v, str) and v for v in value):
+                raise ValueError(f"`{name}` must be a list of column names. Received: {value!r}.")
+            object.__setattr__(self, name, tuple(value))
+        if self.features is not None and not self.features:
+            raise ValueError("`features` must name at least one column, or be left out.")
 
     def to_custom_config(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        config = dataclasses.asdict(self)
+        for name in ("features", "exclude_features", "categorical_features"):
+            if config[name] is not None:
+                config[name] = list(config[name])
+        return config
 
     @classmethod
     def from_custom_config(cls, config: dict[str, Any] | None) -> ModelSettings:
@@ -213,6 +246,7 @@ class TunerDecision:
     resplit_from_trial: str | None = None
     resplit_from_split: str | None = None
     resplit_speedup: float | None = None
+    examples: int | None = None  # training examples the best trial's model saw in all
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> TunerDecision:
@@ -224,6 +258,7 @@ class TunerDecision:
             values.get(RESPLIT_FROM_TRIAL),
             values.get(RESPLIT_FROM_SPLIT),
             values.get(RESPLIT_SPEEDUP),
+            int(values[TRIAL_EXAMPLES]) if values.get(TRIAL_EXAMPLES) else None,
         )
 
     def describe_source(self) -> str:

@@ -10,9 +10,11 @@ command line's data check, or the Tuner and Trainer from StatisticsGen's statist
 - otherwise (fractional numbers, or many distinct integers such as ages 25-346):
   regression.
 
-Two classes make ``binary``. ``--task`` overrides the rule. Each task fixes the Tuner's
-objective, the serving output and the Evaluator's metrics (:data:`OBJECTIVES`,
-:data:`PREDICTION_KEYS`). Importing this module is cheap (no TensorFlow).
+Two classes make ``binary``. ``--task`` says it instead (a label that looks like a
+regression target is then an error unless ``--num-classes`` confirms the classes). Each
+task fixes the Tuner's objective, the serving output and the Evaluator's metrics
+(:data:`OBJECTIVES`, :data:`PREDICTION_KEYS`). Importing this module is cheap (no
+TensorFlow).
 
 Example:
 
@@ -29,8 +31,12 @@ import dataclasses
 MULTICLASS, BINARY, REGRESSION = "multiclass", "binary", "regression"
 CLASSIFICATION = "classification"  # --task classification: multiclass or binary by count
 TASKS = (MULTICLASS, BINARY, REGRESSION)
-TASK_CHOICES = (CLASSIFICATION, REGRESSION)  # what --task accepts
+TASK_CHOICES = (CLASSIFICATION, MULTICLASS, BINARY, REGRESSION)  # what --task accepts
 MAX_CLASSES_INFERRED = 20  # integer labels with more possible values are regression
+# Too few to train on 4/5 of ExampleGen's training split, validate on 1/5 and evaluate on
+# its eval split (a third): refused before anything runs.
+MIN_EXAMPLES = 30
+MIN_PER_CLASS = 6
 
 # The Tuner's objective per task (Keras metric names of the validation pass).
 OBJECTIVES = {
@@ -93,7 +99,15 @@ def infer_task(
             raise ValueError("--num-classes applies to classification, not to --task regression.")
         reason = "--task regression" if requested else _regression_reason(label)
         return Inference(REGRESSION, None, reason)
+    if requested is not None and num_classes is None and _looks_like_regression(label):
+        raise ValueError(
+            f"The task is {requested}, but the label looks like a regression target "
+            f"({_regression_reason(label)}); use --task regression, or confirm the classes "
+            "with --num-classes N."
+        )
     count = _class_count(label, num_classes)
+    if requested == BINARY and count != 2:
+        raise ValueError(f"--task binary, but the label has {count} classes.")
     if count < 2:
         raise ValueError(
             "The label has a single class; classification needs at least two (a model "

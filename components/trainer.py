@@ -30,24 +30,27 @@ from tfx_accum import console
 from tfx_accum.components import keras_adapter as adapter
 from tfx_accum.components.data import (
     batched,
-    load_splits,
+    describe_data,
     location_for_inputs,
+    read_splits,
 )
 from tfx_accum.components.export import export_serving_model
 from tfx_accum.components.models import build_model
+from tfx_accum.components.search_policy import trainer_budget
+from tfx_accum.components.search_space import SearchSpace
 from tfx_accum.components.settings import (
+    BEST_TRIAL_BUDGET,
     EVAL_BATCH,
     Hyperparameters,
     ModelSettings,
     TunerDecision,
 )
 from tfx_accum.components.strategy import choose_strategy, replica_plan
+from tfx_accum.components.tasks import OBJECTIVES
 
-TRAINING_SEED = 0
 
-
-def resolve_hyperparameters(fn_args) -> tuple[Hyperparameters, object]:
-    """``(hyperparameters, keras_tuner.HyperParameters)`` the Trainer trains with.
+def resolve_hyperparameters(fn_args) -> tuple[Hyperparameters, object, TunerDecision | None]:
+    """``(hyperparameters, keras_tuner.HyperParameters, the Tuner's decision)``.
 
     The Tuner's decision (``fn_args.hyperparameters``, parsed once by
     :class:`~tfx_accum.components.settings.TunerDecision`) if there is one, else
@@ -58,6 +61,7 @@ def resolve_hyperparameters(fn_args) -> tuple[Hyperparameters, object]:
     import keras_tuner
 
     values = keras_tuner.HyperParameters()
+    decision = None
     if fn_args.hyperparameters:
         config = fn_args.hyperparameters
         decision = TunerDecision.from_config(config)
@@ -69,7 +73,7 @@ def resolve_hyperparameters(fn_args) -> tuple[Hyperparameters, object]:
         fixed = (fn_args.custom_config or {}).get("hyperparameters") or {}
         hp, source = Hyperparameters(**fixed), "fixed (tuning off)"
     console.say(f"[trainer] hyperparameters ({source}): {hp.describe()}")
-    return hp, values
+    return hp, values, decision
 
 
 class ProgressLine(keras.callbacks.Callback):
@@ -106,7 +110,8 @@ class ProgressLine(keras.callbacks.Callback):
 def run_fn(fn_args: tfx.components.FnArgs) -> None:
     """TFX entry point: train, log to TensorBoard, export the serving model."""
     settings = ModelSettings.from_custom_config(fn_args.custom_config)
-    hp, values = resolve_hyperparameters(fn_args)
+    config = fn_args.custom_config or {}
+    hp, values, decision = resolve_hyperparameters(fn_args)
     strategy = choose_strategy()
     plan = replica_plan(hp.accumulation_steps, hp.micro_batch_size, strategy.num_replicas_in_sync)
     if plan.global_batch != hp.effective_batch:
@@ -117,41 +122,59 @@ def run_fn(fn_args: tfx.components.FnArgs) -> None:
             hp.accumulation_steps,
             hp.micro_batch_size,
         )
-    splits = load_splits(fn_args, settings.label_key, settings.num_classes)
-    # Seeded: the same inputs train the same model (and a resumed run can equal it).
-    keras.utils.set_random_seed(TRAINING_SEED)
+    data = describe_data(fn_args, settings, "trainer")
+    splits = read_splits(fn_args, data)
+    # The search's seed: the best trial's initial weights and data order, so that the best
+    # configuration trained for the best trial's budget is the best trial's model.
+    seed = int(config.get("seed", SearchSpace().seed))
+    keras.utils.set_random_seed(seed)
     with strategy.scope():
         model = build_model(
-            settings.model,
-            splits.data,
-            plan.steps_per_replica,
-            hp.learning_rate,
-            hp=values,
+            settings.model, splits.data, plan.steps_per_replica, hp.learning_rate, hp=values
         )
+    objective, direction = OBJECTIVES[data.task]
     # TPUs need static shapes: whole batches only (the GA model then slices statically).
     tpu = isinstance(strategy, tf.distribute.TPUStrategy)
-    updates = training_updates(fn_args, splits.train_size, plan.global_batch)
+    budget = trainer_budget(
+        fn_args.train_steps,
+        decision.examples if decision else None,
+        plan.global_batch,
+        config.get("train_budget") == BEST_TRIAL_BUDGET,
+    )
+    updates = budget.updates
     steps_per_epoch = max(1, min(math.ceil(splits.train_size / plan.global_batch), updates))
     epochs = math.ceil(updates / steps_per_epoch)  # the last one stops at `updates`
-    backup_dir = backup_location(fn_args, hp, settings)
+    backup_dir = backup_location(fn_args, hp, settings, updates)
     # A resumed run starts at the same place of the same shuffled stream (the stream is a
     # function of the seed only), so it ends with the weights of an uninterrupted run.
     resumed_epoch = adapter.backup_epoch(backup_dir)
-    train = batched(splits.train, plan.global_batch, shuffle_seed=0, drop_remainder=tpu)
+    train = batched(splits.train, plan.global_batch, shuffle_seed=seed, drop_remainder=tpu)
     if resumed_epoch:
         train = train.skip(resumed_epoch * steps_per_epoch)
-    validation = splits.eval.batch(EVAL_BATCH, drop_remainder=tpu)
+    validation = splits.validation.batch(EVAL_BATCH, drop_remainder=tpu)
+    progress = ProgressLine(updates, plan.global_batch)
     callbacks = [
         # Restores weights, optimizer state and the epoch after an interruption (a killed
         # process, a preempted Kubeflow pod that is retried); saved at every epoch's end.
         keras.callbacks.BackupAndRestore(backup_dir, save_freq="epoch", delete_checkpoint=False),
         keras.callbacks.TensorBoard(log_dir=fn_args.model_run_dir, update_freq="epoch"),
         StopAfterUpdates(updates),
-        ProgressLine(updates, plan.global_batch),
+        progress,
     ]
+    best_epoch = RestoreBestEpoch(objective, direction, backup_dir)
+    callbacks.append(best_epoch)
+    if budget.early_stopping:
+        # After a quarter of the budget without improvement (at least PATIENCE epochs); the
+        # best epoch's weights are restored by best_epoch.
+        callbacks.append(
+            keras.callbacks.EarlyStopping(
+                monitor=objective, mode=direction, patience=max(PATIENCE, epochs // 4)
+            )
+        )
     console.say(
         f"[trainer] {updates} optimizer updates at global batch {plan.global_batch} = "
-        f"{updates * plan.global_batch:,} examples ({epochs} epochs, "
+        f"{updates * plan.global_batch:,} examples ({budget.reason}; {epochs} epochs of "
+        f"{splits.train_size:,}, validation on {splits.validation_size:,} held out; "
         f"{strategy.num_replicas_in_sync} replica(s))"
         + (f"; resuming after epoch {resumed_epoch} from {backup_dir}" if resumed_epoch else "")
     )
@@ -165,21 +188,85 @@ def run_fn(fn_args: tfx.components.FnArgs) -> None:
         callbacks=callbacks,
         verbose=0,
     ).history
-    if history:
+    done = progress.done  # the optimizer's count is the kept epoch's now
+    if history and best_epoch.best is not None:
         console.say(
-            f"[trainer] done: loss {history['loss'][-1]:.4f}, val_accuracy "
-            f"{history['val_accuracy'][-1]:.4f} after {int(model.optimizer.iterations)} updates"
+            f"[trainer] done after {done} updates: {objective} {best_epoch.best:.4f} at epoch "
+            f"{best_epoch.best_epoch + 1} of {len(history['loss'])} (the model keeps that "
+            "epoch's weights)" + _label_units(data, history, best_epoch.best_epoch)
         )
-    write_budget(fn_args.model_run_dir, updates, plan.global_batch)
+    write_budget(
+        fn_args.model_run_dir, done, plan.global_batch, best_epoch.best, best_epoch.best_epoch + 1
+    )
     export_serving_model(model, splits.data, splits.preprocessor, fn_args.serving_model_dir)
     tf.io.gfile.rmtree(backup_dir)  # finished: a later run with these inputs starts afresh
+
+
+PATIENCE = 5  # epochs without improvement before early stopping (not the best trial's budget)
+
+
+def _label_units(data, history, epoch: int) -> str:
+    """A regression's validation error in the label's own units."""
+    if data.classification or "val_mae" not in history:
+        return ""
+    return f" (validation MAE {history['val_mae'][epoch] * math.sqrt(data.label_variance):.4g})"
+
+
+class RestoreBestEpoch(keras.callbacks.Callback):
+    """Ends training with the weights of the epoch with the best validation ``monitor``.
+
+    A Keras Tuner trial's score is its best epoch's (``MetricHistory.get_best_value``, the
+    first of equal values), so the Trainer, training the best trial's configuration for its
+    budget on the same examples, keeps that epoch's model: the one the score was for.
+    The best epoch's weights and score are kept in ``directory`` (the Trainer's backup
+    folder, written beside and renamed into place), so a resumed run knows them too.
+    """
+
+    def __init__(self, monitor: str, mode: str, directory: str):
+        super().__init__()
+        self.monitor, self.mode = monitor, mode
+        self.weights_path = os.path.join(directory, "best_epoch.weights.h5")
+        self.state_path = os.path.join(directory, "best_epoch.json")
+        self.best: float | None = None
+        self.best_epoch = 0
+
+    def on_train_begin(self, logs=None):
+        if tf.io.gfile.exists(self.state_path) and tf.io.gfile.exists(self.weights_path):
+            with tf.io.gfile.GFile(self.state_path) as handle:
+                state = json.load(handle)
+            self.best, self.best_epoch = state["best"], state["epoch"]
+
+    def on_epoch_end(self, epoch, logs=None):
+        value = (logs or {}).get(self.monitor)
+        if value is None:
+            return
+        if self.best is None or (value > self.best if self.mode == "max" else value < self.best):
+            self.best, self.best_epoch = float(value), epoch
+            tf.io.gfile.makedirs(os.path.dirname(self.weights_path))
+            fresh = self.weights_path + ".new.weights.h5"
+            self.model.save_weights(fresh)
+            tf.io.gfile.rename(fresh, self.weights_path, overwrite=True)
+            with tf.io.gfile.GFile(self.state_path + ".new", "w") as handle:
+                json.dump({"best": self.best, "epoch": epoch}, handle)
+            tf.io.gfile.rename(self.state_path + ".new", self.state_path, overwrite=True)
+
+    def on_train_end(self, logs=None):
+        if self.best is not None and tf.io.gfile.exists(self.weights_path):
+            self.model.load_weights(self.weights_path)
 
 
 BUDGET_FILE = "budget.json"  # in the ModelRun artifact; the run summary reads it
 
 
-def write_budget(model_run_dir: str, updates: int, global_batch: int) -> None:
-    """Records the Trainer's budget in the unit of the trials' budget: examples."""
+def write_budget(
+    model_run_dir: str,
+    updates: int,
+    global_batch: int,
+    validation: float | None = None,
+    best_epoch: int | None = None,
+) -> None:
+    """Records the Trainer's budget in the unit of the trials' budget (examples), and the
+    kept epoch's validation score (the best trial's, with the best trial's budget)."""
     tf.io.gfile.makedirs(model_run_dir)
     with tf.io.gfile.GFile(os.path.join(model_run_dir, BUDGET_FILE), "w") as handle:
         handle.write(
@@ -188,32 +275,16 @@ def write_budget(model_run_dir: str, updates: int, global_batch: int) -> None:
                     "updates": updates,
                     "global_batch": global_batch,
                     "examples": updates * global_batch,
+                    "validation_score": validation,
+                    "best_epoch": best_epoch,
                 }
             )
         )
 
 
-def training_updates(fn_args, train_size: int, global_batch: int) -> int:
-    """``train_steps``, raised (when asked) to cover the examples each tuning trial saw.
-
-    A trial's budget is examples (``tuning_epochs`` passes); with a large effective batch the
-    default number of updates could cover a fraction of it, and the final model would be
-    worse than the best trial. ``custom_config["min_examples"]`` asks for at least as many.
-    """
-    minimum = (fn_args.custom_config or {}).get("min_examples")
-    if not minimum:
-        return fn_args.train_steps
-    examples = minimum["epochs"] * (minimum.get("examples_per_epoch") or train_size)
-    needed = math.ceil(examples / global_batch)
-    if needed > fn_args.train_steps:
-        console.say(
-            f"[trainer] {fn_args.train_steps} updates would cover fewer examples than each "
-            f"trial saw ({examples:,}); training {needed} updates instead"
-        )
-    return max(fn_args.train_steps, needed)
-
-
-def backup_location(fn_args, hp: Hyperparameters, settings: ModelSettings) -> str:
+def backup_location(
+    fn_args, hp: Hyperparameters, settings: ModelSettings, updates: int | None = None
+) -> str:
     """Where the training state is backed up: the same for a retry of the same inputs.
 
     TFX gives every execution a new directory, so the backup lives under
@@ -230,6 +301,7 @@ def backup_location(fn_args, hp: Hyperparameters, settings: ModelSettings) -> st
         fn_args,
         hyperparameters=hp.to_values(),
         train_steps=fn_args.train_steps,
+        updates=updates,
         model=settings.to_custom_config(),
     )
 

@@ -26,7 +26,13 @@ import keras_tuner
 
 from tfx_accum import console
 from tfx_accum.components import parallel_search
-from tfx_accum.components.data import load_splits, location_for_inputs
+from tfx_accum.components.data import (
+    describe_data,
+    location_for_inputs,
+    read_splits,
+    training_examples,
+    validation_examples,
+)
 from tfx_accum.components.hypermodel import AccumulationHyperModel
 from tfx_accum.components.micro_batch_probe import gpu_present, probe_in_subprocess, say_dropped
 from tfx_accum.components.search_space import SearchSpace
@@ -66,6 +72,7 @@ def tuner_fn(fn_args):
     space = SearchSpace.from_config((fn_args.custom_config or {}).get("search_space"))
     workers = parallel_search.parallel_trials(fn_args.custom_config)
     directory = search_location(fn_args, space, settings)
+    data = describe_data(fn_args, settings, "tuner")
     if workers > 1:
         check_node_pool()
         if tpu_present():
@@ -80,26 +87,26 @@ def tuner_fn(fn_args):
             kept = probe_in_subprocess(spec)
             say_dropped([m for m in space.micro_batch_choices if m not in kept])
             space = space.with_micro_batches(kept)
-        hypermodel = AccumulationHyperModel(space, None, settings.model)
-        budget = f"{space.examples_per_epoch or 'the training split'}"
+        hypermodel = AccumulationHyperModel(space, None, settings.model, data=data)
     else:
         strategy = choose_strategy()
-        splits = load_splits(fn_args, settings.label_key, settings.num_classes)
+        splits = read_splits(fn_args, data)
         hypermodel = AccumulationHyperModel(
             space, splits, settings.model, strategy.num_replicas_in_sync
         )
         if gpu_present():
             say_dropped(hypermodel.probe_micro_batches())
             space = hypermodel.space
-        budget = f"{space.examples_per_epoch or splits.train_size}"
+    budget = space.examples_per_epoch or training_examples(data)
     console.say(
         f"[tuner] {space.algorithm} search over accumulation steps "
         f"{list(space.accumulation_steps_choices)}, "
         f"micro-batch {list(space.micro_batch_choices)}, learning rate "
         f"[{space.learning_rate_min:g}, {space.learning_rate_max:g}] (log"
         + (f", x{space.learning_rate_step:.3g} steps" if space.learning_rate_step else "")
-        + f"); budget {space.tuning_epochs} x {budget} examples per trial"
-        + (f"; {workers} trials at a time" if workers > 1 else "")
+        + f"); budget {space.tuning_epochs} x {budget:,} examples per trial, ranked by "
+        f"{hypermodel.objective} on {validation_examples(data):,} examples held out of the "
+        "training split" + (f"; {workers} trials at a time" if workers > 1 else "")
     )
     tuner = make_tuner(
         space,
@@ -131,15 +138,16 @@ def worker_tuner(fn_args, spec: dict) -> tuple[keras_tuner.Tuner, dict]:
     """The tuner of a parallel-search worker (``components/tuner_worker.py``)."""
     settings = ModelSettings.from_custom_config(fn_args.custom_config)
     space = SearchSpace.from_config(spec["search_space"])  # as the chief probed it
+    data = describe_data(fn_args, settings, "tuner")
     if spec.get("probe"):
         # Only the memory probe, for a chief that must not touch the GPU itself.
-        splits = load_splits(fn_args, settings.label_key, settings.num_classes)
+        splits = read_splits(fn_args, data)
         hypermodel = AccumulationHyperModel(space, splits, settings.model)
         hypermodel.probe_micro_batches()
         print(json.dumps({"micro_batch_choices": list(hypermodel.space.micro_batch_choices)}))
         return None, {}
     strategy = choose_strategy()
-    splits = load_splits(fn_args, settings.label_key, settings.num_classes)
+    splits = read_splits(fn_args, data)
     hypermodel = AccumulationHyperModel(
         space, splits, settings.model, strategy.num_replicas_in_sync
     )

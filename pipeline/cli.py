@@ -29,6 +29,7 @@ warnings.filterwarnings("ignore", category=FutureWarning, module=r"google\..*")
 from tfx_accum import console  # noqa: E402
 from tfx_accum.components import settings  # noqa: E402
 from tfx_accum.components.search_space import ALGORITHMS, SearchSpace  # noqa: E402
+from tfx_accum.components.tasks import CLASSIFICATION, TASK_CHOICES  # noqa: E402
 from tfx_accum.pipeline import config  # noqa: E402
 from tfx_accum.pipeline.data import DATA_FORMATS, EMBEDDED  # noqa: E402
 from tfx_accum.pipeline.errors import InputError  # noqa: E402
@@ -51,6 +52,29 @@ def _int_list(text: str) -> tuple[int, ...]:
         raise argparse.ArgumentTypeError(
             f"expected comma-separated integers such as 1,2,4,8; got {text!r}"
         ) from None
+
+
+def _name_list(text: str) -> tuple[str, ...]:
+    names = tuple(name.strip() for name in text.split(",") if name.strip())
+    if not names:
+        raise argparse.ArgumentTypeError(f"expected comma-separated column names; got {text!r}")
+    return names
+
+
+def model_settings_from_args(args: argparse.Namespace, model: str) -> settings.ModelSettings:
+    """The ``ModelSettings`` the options ask for (the check then decides the task)."""
+    try:
+        return settings.ModelSettings(
+            model=model,
+            num_classes=args.num_classes,
+            label_key=args.label_key,
+            task=args.task,
+            features=args.features,
+            exclude_features=args.exclude_features,
+            categorical_features=args.categorical,
+        )
+    except ValueError as error:
+        raise InputError(str(error)) from None
 
 
 def _csv(values: Sequence[int]) -> str:
@@ -163,6 +187,46 @@ def _add_model_options(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="number of classes (default: inferred from the labels; given, it is checked "
         "against them)",
+    )
+    parser.add_argument(
+        "--task",
+        choices=TASK_CHOICES,
+        default=None,
+        help="what the label is (default: inferred from it, one line says which and why: text "
+        "or few distinct whole numbers are classes, fractional or many numbers a regression "
+        "target; compile: classification unless given)",
+    )
+    columns = parser.add_argument_group("columns")
+    columns.add_argument(
+        "--features",
+        type=_name_list,
+        default=None,
+        metavar="NAMES",
+        help="only these comma-separated columns are the model's features (default: every "
+        "column but the label)",
+    )
+    columns.add_argument(
+        "--exclude-features",
+        type=_name_list,
+        default=(),
+        metavar="NAMES",
+        help="comma-separated columns the model never sees (an id, a column that leaks the label)",
+    )
+    columns.add_argument(
+        "--categorical",
+        type=_name_list,
+        default=(),
+        metavar="NAMES",
+        help="comma-separated integer columns that are categories (a zip code, an hour), "
+        "not quantities",
+    )
+    columns.add_argument(
+        "--schema",
+        default=None,
+        metavar="FILE",
+        help="your schema.pbtxt, imported by ImportSchemaGen instead of SchemaGen's inferred "
+        "one: the columns it leaves out are not features, INT features it marks "
+        "int_domain.is_categorical are categories",
     )
     parser.add_argument(
         "--train-steps",
@@ -326,6 +390,9 @@ def pipeline_settings(args: argparse.Namespace) -> dict:
         hyperparameters=fixed_hyperparameters(args),
         train_steps=args.train_steps,
         train_steps_auto=isinstance(args.train_steps, _AutoTrainSteps),
+        schema_file=str(Path(args.schema).resolve())
+        if args.schema and "://" not in args.schema
+        else args.schema,
         accuracy_threshold=args.accuracy_threshold,
         parallel_trials=args.parallel_trials,
     )
@@ -358,13 +425,7 @@ def _summary_lines(summary, accuracy_threshold: float, trial_files, seconds: flo
         lines.append("tuning: off (fixed hyperparameters)")
     budget = summary.trainer_budget
     if budget:
-        trials = summary.trial_examples
-        lines.append(
-            "budget: "
-            + (f"each trial {trials:,} examples; " if trials else "")
-            + f"Trainer {budget['updates']:,} updates x {budget['global_batch']} = "
-            f"{budget['examples']:,} examples"
-        )
+        lines.append("budget: " + _budget_text(budget, summary.best_trial_examples))
     if summary.accuracy is not None:
         lines.append(
             f"evaluation accuracy: {summary.accuracy:.4f} (threshold {accuracy_threshold})"
@@ -380,6 +441,25 @@ def _summary_lines(summary, accuracy_threshold: float, trial_files, seconds: flo
     lines.append(trial_files)
     lines.append(f"wall time: {seconds:.0f} s")
     return lines
+
+
+def _budget_text(budget: dict, best_trial: int | None) -> str:
+    """One budget in examples: the Trainer's, and the best trial's when they are one."""
+    trained = (
+        f"{budget['examples']:,} training examples ({budget['updates']:,} updates x "
+        f"{budget['global_batch']})"
+    )
+    kept = ""
+    if budget.get("best_epoch") and budget.get("validation_score") is not None:
+        kept = (
+            f"; the model is epoch {budget['best_epoch']}'s, validation score "
+            f"{budget['validation_score']:.4f}"
+        )
+    if best_trial and best_trial == budget["examples"]:
+        return f"{trained}, the best trial's and the Trainer's{kept}"
+    if best_trial:
+        return f"Trainer {trained}, the best trial {best_trial:,} (--train-steps){kept}"
+    return f"Trainer {trained}{kept}"
 
 
 def _trial_files(summary, output_dir: Path) -> str:
@@ -404,18 +484,21 @@ def _check_model_name(model: str | None) -> None:
             )
 
 
-def _model_for(args: argparse.Namespace, summary) -> str:
-    """--model, or the default that fits the data (``summary``: pipeline.data.DataSummary).
+def _model_for(args: argparse.Namespace, summary, requested) -> str:
+    """--model, or the default that fits the data (``summary``: pipeline.data.DataSummary,
+    ``requested``: the run's ``ModelSettings``, for the columns the model gets).
 
     Images get ``cnn``, as do the embedded digits (a square pixel grid); tabular data gets
     ``mlp``. An image model on numeric columns needs a square grid; a model function's
-    model must take the data's features (it is built once here to check).
+    model must take the data's features (it is built once here to check), and the
+    features it leaves out are named.
     """
     from tfx_accum.pipeline.data import IMAGE, STRING
 
     model = args.model
     _check_model_name(model)
-    kinds = dict(summary.kinds)
+    description = summary.description(requested)
+    kinds = {f.name: f.kind for f in description.features}
     has_image = IMAGE in kinds.values()
     if model is None:
         embedded_grid = args.data_root is None and not has_image
@@ -425,17 +508,27 @@ def _model_for(args: argparse.Namespace, summary) -> str:
         with console.capture(os.devnull, verbose=args.verbose):
             import keras_tuner
 
-            from tfx_accum.components.custom_model import ModelFunctionError, call_model_function
+            from tfx_accum.components.custom_model import (
+                ModelFunctionError,
+                call_model_function,
+                declared_inputs,
+            )
 
             try:
-                description = summary.description(args.label_key)
-                call_model_function(model, description, keras_tuner.HyperParameters())
+                built = call_model_function(model, description, keras_tuner.HyperParameters())
             except ModelFunctionError as error:
-                problem = str(error)
+                problem, declared = str(error), []
             else:
-                problem = None
+                problem, declared = None, declared_inputs(built)
         if problem:
             raise InputError(problem)
+        left_out = [f.name for f in description.features if f.input_name not in declared]
+        if left_out:
+            shown = ", ".join(map(repr, left_out[:8])) + (", ..." if len(left_out) > 8 else "")
+            console.say(
+                f"[data] the model function declares {len(declared)} of "
+                f"{len(description.features)} features; not used (not read, not served): {shown}"
+            )
         return model
     images = [name for name, kind in kinds.items() if kind == IMAGE]
     if model == "mlp" and images:
@@ -466,31 +559,34 @@ def _run(args: argparse.Namespace) -> int:
     import datetime
 
     from tfx_accum.pipeline import output_dir as output_dirs
-    from tfx_accum.pipeline.data import embedded_summary, validate_data_root
+    from tfx_accum.pipeline.data import decide_label, embedded_summary, validate_data_root
     from tfx_accum.pipeline.local_runner import LocalPaths, prepare_data
 
     start = time.monotonic()
     # Bad settings, output directory or data: exit 2 before anything is written.
     settings_ = pipeline_settings(args)
+    requested = model_settings_from_args(args, args.model or settings.DEFAULT_MODEL)
     output_dir = Path(args.output_dir).resolve()
     output_dirs.check(output_dir)
     # Your data is checked before anything is written (the lock file included); the
     # embedded data are written, if need be, once the directory is ours.
     if args.data_root:
-        checked = validate_data_root(
-            args.data_root, args.label_key, args.num_classes, args.data_format
-        )
+        checked = validate_data_root(args.data_root, requested, args.data_format, args.schema)
     else:
-        checked = None
+        checked = decide_label(embedded_summary(args.embedded), requested)
     # The model must suit the data.
-    model_name = _model_for(args, checked or embedded_summary(args.embedded))
+    model_name = _model_for(args, checked, requested)
+    # The task and classes as the check decided them: the components start from them.
+    decided = dataclasses.replace(
+        requested, model=model_name, task=checked.task, num_classes=checked.num_classes
+    )
+    settings_["model_settings"] = decided
     with output_dirs.claim(output_dir):
         data_root, checked = prepare_data(
             args.data_root,
             LocalPaths(output_dir),
-            args.label_key,
+            decided,
             checked,
-            num_classes=args.num_classes,
             embedded=args.embedded,
             data_format=args.data_format,
         )
@@ -543,8 +639,6 @@ def _run_pipeline(args, settings_, output_dir: Path, run: _LocalRun) -> int:
             output_dir=str(output_dir),
             orchestrator=args.orchestrator,
             enable_cache=not args.no_cache,
-            model_name=run.model_name,
-            label_key=args.label_key,
             **settings_,
         )
         summary = read_summary(str(paths.metadata_path), run.run_started)
@@ -585,12 +679,15 @@ def _compile(args: argparse.Namespace) -> int:
     from tfx_accum.pipeline.kubeflow import compile_from_args
 
     _check_model_name(args.model)
-    try:
-        model_settings = settings.ModelSettings(
-            args.model or settings.DEFAULT_MODEL, args.num_classes, args.label_key
-        )
-    except ValueError as error:
-        raise InputError(str(error)) from None
+    model_settings = model_settings_from_args(args, args.model or settings.DEFAULT_MODEL)
+    if model_settings.task is None:
+        # The Evaluator's metrics follow the task, fixed when the pipeline is compiled; the
+        # Tuner and Trainer stop with one line if the data's label cannot be classes.
+        model_settings = dataclasses.replace(model_settings, task=CLASSIFICATION)
+    if args.schema and "://" not in args.schema:
+        from tfx_accum.pipeline.schema_file import read_schema_file
+
+        read_schema_file(args.schema)  # a local file is checked before the compile
     return compile_from_args(
         args,
         {

@@ -14,13 +14,7 @@ import math
 from pathlib import Path
 
 from tfx_accum.components.feature_kinds import MAX_VOCABULARY, NUMERIC, STRING
-from tfx_accum.pipeline.data import (
-    CSV,
-    DataError,
-    DataSummary,
-    check_class_count,
-    check_label_vocabulary,
-)
+from tfx_accum.pipeline.data import CSV, DataError, DataSummary
 
 
 def _check_header(path: Path, header: list[str]) -> None:
@@ -35,7 +29,14 @@ def _check_header(path: Path, header: list[str]) -> None:
             f"{path}, line 1 looks like data ({', '.join(header[:4])}...), not a header: "
             "every CSV file needs the same header row."
         )
+    seen: dict[str, int] = {}
     for index, name in enumerate(header, start=1):
+        if name in seen:
+            raise DataError(
+                f"{path}: columns {seen[name]} and {index} are both named {name!r}; "
+                "CsvExampleGen would keep only one of them. Rename or drop one."
+            )
+        seen[name] = index
         if not name.strip():
             raise DataError(
                 f"{path}, column {index} has no name (a pandas index written by to_csv?); "
@@ -63,6 +64,14 @@ def _check_same_columns(path: Path, header: list[str], first: Path, columns: lis
     raise DataError(f"{path} {why}: all CSV files must share one header.")
 
 
+def _is_int(value: str) -> bool:
+    try:
+        int(value)
+    except ValueError:
+        return False
+    return True
+
+
 def _number(value: str) -> float | None:
     try:
         return float(value)
@@ -76,6 +85,7 @@ class _Column:
     def __init__(self, name: str):
         self.name = name
         self.numeric = True  # until a value is not a number
+        self.integers = True  # until a value is not an integer (CsvExampleGen: INT)
         self.first_text: tuple[str, int, str] | None = None  # (file, line, value)
         self.missing = 0
         self.values: set[str] = set()  # up to MAX_VOCABULARY + 1 distinct values
@@ -89,6 +99,8 @@ class _Column:
         if not self.numeric:
             return
         number = _number(value)
+        if self.integers and (number is None or not _is_int(value)):
+            self.integers = False
         if number is None:
             self.numeric = False
             self.first_text = (str(path), line, value)
@@ -104,7 +116,7 @@ class _Column:
             )
 
 
-def validate_csv_dir(data_root: str, label_key: str, num_classes: int | None = None) -> DataSummary:
+def validate_csv_dir(data_root: str, label_key: str) -> DataSummary:
     """Checks a CSV directory; raises DataError naming the file, line and column."""
     files = sorted(p for p in Path(data_root).iterdir() if p.suffix == ".csv" and p.is_file())
     if not files:
@@ -116,6 +128,7 @@ def validate_csv_dir(data_root: str, label_key: str, num_classes: int | None = N
     tracked: list[_Column] = []
     rows = 0
     labels: dict[str, tuple[str, int]] = {}  # label value -> where it was first seen
+    label_counts: dict[str, int] = {}
     for path in files:
         with path.open(newline="") as handle:
             reader = csv.reader(handle)
@@ -150,6 +163,7 @@ def validate_csv_dir(data_root: str, label_key: str, num_classes: int | None = N
                         "every row needs one."
                     )
                 labels.setdefault(label, (str(path), line_no))
+                label_counts[label] = label_counts.get(label, 0) + 1
                 rows += 1
     if rows == 0:
         raise DataError(f"The CSV files in {data_root!r} have a header but no data rows.")
@@ -161,16 +175,8 @@ def validate_csv_dir(data_root: str, label_key: str, num_classes: int | None = N
             raise DataError(
                 f"Column {column.name!r} is empty in every row of {data_root!r}; drop it."
             )
-    class_indices: tuple[int, ...] = ()
-    vocabulary: tuple[str, ...] = ()
-    if tracked[label_index].numeric:
-        numbers: dict[float, str] = {}
-        for value, (path, line) in labels.items():
-            numbers.setdefault(float(value), f"{path}, line {line}")
-        count, class_indices = check_class_count(numbers, num_classes, label_key)
-    else:
-        vocabulary = tuple(sorted(labels))
-        count = check_label_vocabulary(set(labels), num_classes)
+    label = tracked[label_index]
+    label_dtype = ("int" if label.integers else "float") if label.numeric else "string"
     kinds = tuple((c.name, NUMERIC if c.numeric else STRING) for c in features)
     return DataSummary(
         format=CSV,
@@ -178,11 +184,13 @@ def validate_csv_dir(data_root: str, label_key: str, num_classes: int | None = N
         columns=tuple(columns),
         kinds=kinds,
         rows=rows,
-        num_classes=count,
-        labels=class_indices,
-        label_vocabulary=vocabulary,
         missing=tuple((c.name, c.missing) for c in features if c.missing),
         vocabularies=tuple(
             (c.name, tuple(sorted(c.values))[:MAX_VOCABULARY]) for c in features if not c.numeric
+        ),
+        label_dtype=label_dtype,
+        label_values=tuple(
+            (value, label_counts[value], f"{path}, line {line}")
+            for value, (path, line) in labels.items()
         ),
     )

@@ -17,7 +17,7 @@ import dataclasses
 import io
 from pathlib import Path
 
-from tfx_accum.components.feature_kinds import IMAGE, NUMERIC, STRING
+from tfx_accum.components.feature_kinds import CATEGORICAL, IMAGE, NUMERIC, STRING
 from tfx_accum.pipeline.errors import InputError
 from tfx_accum.pipeline.files import atomic_write, atomic_write_text
 
@@ -25,6 +25,8 @@ DIGITS_FILE = "digits.csv"
 DIGITS_FEATURES = 64  # 8x8 pixels
 DIGITS_COLUMNS = tuple(f"pixel_{i:02d}" for i in range(DIGITS_FEATURES))
 DIGITS_CLASSES = 10
+# Examples per class of scikit-learn's digits (tests/test_components.py checks it).
+DIGITS_CLASS_COUNTS = (178, 182, 177, 183, 181, 182, 181, 179, 174, 180)
 IMAGES_FILE = "digit_images.tfrecord"
 IMAGE_SIDE = 32  # the embedded digit images, upscaled 4x from 8x8
 EMBEDDED = ("digits", "digit-images")
@@ -111,19 +113,30 @@ def write_embedded_images(directory: str | Path) -> Path:
 
 @dataclasses.dataclass(frozen=True)
 class DataSummary:
-    """What the check learned about a data root: files, features, rows and classes."""
+    """What the check learned about a data root: files, features, rows and the label.
+
+    The checks (csv_check, tfrecord_check) fill in what they read; :func:`decide_label`
+    adds the task and the classes (``task``, ``num_classes``, ``labels``,
+    ``label_vocabulary``) by the rule of components/tasks.py.
+    """
 
     format: str  # CSV or TFRECORD
     files: tuple[str, ...]
     columns: tuple[str, ...]  # every column or feature, the label included, in file order
     kinds: tuple[tuple[str, str], ...]  # (feature, NUMERIC | STRING | IMAGE), label excluded
     rows: int
-    num_classes: int
+    num_classes: int | None = None  # None for regression
     labels: tuple[int, ...] = ()  # the distinct class indices seen (integer labels)
     label_vocabulary: tuple[str, ...] = ()  # string labels, sorted
     missing: tuple[tuple[str, int], ...] = ()  # features with missing values: (name, count)
     image_shapes: tuple[tuple[str, tuple[int, int, int]], ...] = ()
     vocabularies: tuple[tuple[str, tuple[str, ...]], ...] = ()  # string features (bounded)
+    # The label as read: "int", "float" or "string"; each distinct value (as written),
+    # its count and where it was first seen ("FILE, line N").
+    label_dtype: str = "int"
+    label_values: tuple[tuple[str, int, str], ...] = ()
+    task: str = ""
+    task_reason: str = ""
 
     @property
     def features(self) -> list[str]:
@@ -132,7 +145,7 @@ class DataSummary:
     def kind_counts(self) -> str:
         """``64 numeric``, ``3 numeric, 1 string``, ``1 image 32x32x1``, for the data line."""
         parts = []
-        for kind in (NUMERIC, STRING, IMAGE):
+        for kind in (NUMERIC, CATEGORICAL, STRING, IMAGE):
             names = [n for n, k in self.kinds if k == kind]
             if names:
                 shape = ""
@@ -143,32 +156,58 @@ class DataSummary:
         missing = sum(count for _, count in self.missing)
         return ", ".join(parts) + (f"; {missing} missing values" if missing else "")
 
+    def label_line(self) -> str:
+        """``3 classes (a, b, c)``, ``10 classes``, or ``regression``, for the data line."""
+        if self.num_classes is None:
+            return "a regression target"
+        if self.label_vocabulary:
+            shown = ", ".join(self.label_vocabulary[:5])
+            return f"{self.num_classes} classes ({shown}{', ...' if self.num_classes > 5 else ''})"
+        return f"{self.num_classes} classes"
+
     def label_warning(self) -> str | None:
         """A line to show when class indices do not start at 0 or leave gaps."""
+        if self.num_classes is None or self.label_vocabulary:
+            return None
         unused = self.num_classes - len(self.labels)
-        if self.label_vocabulary or unused <= 0:
+        if unused <= 0:
             return None
         return (
             f"labels {_ranges(self.labels)}: {unused} of the {self.num_classes} classes "
             "0..{0} have no example (class indices should be 0..N-1)".format(self.num_classes - 1)
         )
 
-    def description(self, label_key: str):
+    def description(self, settings):
         """The model's inputs as the components will see them (statistics left neutral),
-        for checking a model function before anything runs."""
+        for checking a model function before anything runs. ``settings``: the run's
+        ``ModelSettings`` (label, columns, task)."""
+        from tfx_accum.components.columns import input_names, select_features
         from tfx_accum.components.features import DataDescription, InputFeature
 
         shapes, vocabularies = dict(self.image_shapes), dict(self.vocabularies)
+        kinds = dict(self.kinds)
+        chosen = select_features(
+            list(kinds), settings.label_key, settings.features, settings.exclude_features
+        )
+        names = input_names(chosen)
         features = tuple(
             InputFeature(
                 name,
-                kind,
+                CATEGORICAL if name in settings.categorical_features else kinds[name],
+                input_name=names[name],
                 vocabulary=vocabularies.get(name, ()),
                 image_shape=shapes.get(name, (0, 0, 0)),
             )
-            for name, kind in self.kinds
+            for name in chosen
         )
-        return DataDescription(features, label_key, self.num_classes, self.label_vocabulary)
+        return DataDescription(
+            features,
+            settings.label_key,
+            self.num_classes,
+            self.label_vocabulary,
+            self.rows,
+            self.task,
+        )
 
 
 def _ranges(values: tuple[int, ...]) -> str:
@@ -176,76 +215,125 @@ def _ranges(values: tuple[int, ...]) -> str:
     return shown + (", ..." if len(values) > 6 else "")
 
 
-def check_class_count(
-    labels: dict[float, str], num_classes: int | None, label_key: str
-) -> tuple[int, tuple[int, ...]]:
-    """The number of classes of numeric labels and the class indices seen.
+def decide_label(summary: DataSummary, settings) -> DataSummary:
+    """``summary`` with the task and classes decided (components/tasks.py's rule), and the
+    columns checked against ``settings`` (``ModelSettings``); a ``DataError`` otherwise.
 
-    ``labels``: each distinct label value, and where it was first seen ("FILE, line N").
-    The count is inferred, or the user's ``num_classes``, checked.
+    Refused here, before anything runs: one class, too few examples (``MIN_EXAMPLES`` in
+    all, ``MIN_PER_CLASS`` of each class) to train, validate and evaluate; integer labels
+    that are ids rather than class indices (unless ``--num-classes`` confirms them).
     """
-    for value, where in labels.items():
-        if value < 0 or value != int(value):
-            raise DataError(
-                f"{where}, column {label_key!r}: label {value:g} must be a class index "
-                "(integer >= 0), or a name (text labels get a vocabulary)."
-            )
-    indices = {int(value): where for value, where in labels.items()}
-    max_label = max(indices)
-    if num_classes is not None:
-        if max_label >= num_classes:
-            raise DataError(
-                f"{indices[max_label]}, column {label_key!r}: label {max_label} is outside "
-                f"0..{num_classes - 1} (--num-classes {num_classes}); fix the label or raise "
-                "--num-classes."
-            )
-        return num_classes, tuple(sorted(indices))
-    if max_label < 1:
-        raise DataError("The label column has a single class; classification needs at least 2.")
-    if max_label + 1 > 2 * len(indices) and max_label + 1 > len(indices) + 10:
-        raise DataError(
-            f"The label column has {len(indices)} distinct values up to {max_label} "
-            f"({_ranges(tuple(sorted(indices)))}): as class indices that is a "
-            f"{max_label + 1}-class output with {max_label + 1 - len(indices)} empty classes. "
-            "Map the labels to 0..N-1 first, or pass --num-classes to confirm."
-        )
-    return max_label + 1, tuple(sorted(indices))
+    from tfx_accum.components.columns import ColumnError, select_features
+    from tfx_accum.components.tasks import (
+        MIN_EXAMPLES,
+        MIN_PER_CLASS,
+        LabelFacts,
+        infer_task,
+    )
 
-
-def check_label_vocabulary(vocabulary: set[str], num_classes: int | None) -> int:
-    if len(vocabulary) < 2:
-        raise DataError("The label column has a single class; classification needs at least 2.")
-    if num_classes is not None and num_classes != len(vocabulary):
-        raise DataError(
-            f"--num-classes {num_classes}, but the labels have {len(vocabulary)} distinct "
-            f"values ({', '.join(sorted(vocabulary)[:6])}...); leave --num-classes out."
+    try:
+        select_features(
+            summary.features, settings.label_key, settings.features, settings.exclude_features
         )
-    return len(vocabulary)
+    except ColumnError as error:
+        raise DataError(str(error)) from None
+    kinds = dict(summary.kinds)
+    for name in settings.categorical_features:
+        if name not in kinds:
+            raise DataError(f"--categorical {name!r} is not a feature of the data.")
+        if kinds[name] not in (NUMERIC, CATEGORICAL):
+            raise DataError(f"--categorical {name!r}: only integer columns can be categories.")
+    if summary.rows < MIN_EXAMPLES:
+        raise DataError(
+            f"The data has {summary.rows} rows: too few to train, validate and evaluate a "
+            f"model (at least {MIN_EXAMPLES}; ExampleGen keeps a third for evaluation)."
+        )
+    values = summary.label_values
+    if summary.label_dtype == "string":
+        vocabulary = tuple(sorted(v for v, _, _ in values))
+        facts = LabelFacts("string", distinct=len(vocabulary), vocabulary=vocabulary)
+    else:
+        numbers = [float(v) for v, _, _ in values]
+        facts = LabelFacts(
+            summary.label_dtype,
+            minimum=min(numbers),
+            maximum=max(numbers),
+            distinct=len(numbers),
+            integral=all(n == int(n) for n in numbers),
+        )
+    try:
+        inference = infer_task(facts, settings.task, settings.num_classes)
+    except ValueError as error:
+        raise DataError(f"label {settings.label_key!r}: {error}") from None
+    if inference.num_classes is None:
+        return dataclasses.replace(
+            summary,
+            num_classes=None,
+            task=inference.task,
+            task_reason=inference.reason,
+        )
+    counts: dict[str, int] = {}
+    for value, count, _ in values:
+        key = value if summary.label_dtype == "string" else str(int(float(value)))
+        counts[key] = counts.get(key, 0) + count
+    few = sorted((c, v) for v, c in counts.items() if c < MIN_PER_CLASS)
+    if few:
+        shown = ", ".join(f"{v!r}: {c}" for c, v in few[:5])
+        raise DataError(
+            f"label {settings.label_key!r}: {len(few)} class(es) have fewer than "
+            f"{MIN_PER_CLASS} examples ({shown}); each class needs some in the training, "
+            "validation and evaluation splits. Add examples, or merge or drop those classes."
+        )
+    vocabulary: tuple[str, ...] = ()
+    indices: tuple[int, ...] = ()
+    if summary.label_dtype == "string":
+        vocabulary = facts.vocabulary
+    else:
+        indices = tuple(sorted(int(k) for k in counts))
+        count = inference.num_classes
+        if settings.num_classes is None and count > 2 * len(indices) and count > len(indices) + 10:
+            raise DataError(
+                f"label {settings.label_key!r} has {len(indices)} distinct values up to "
+                f"{count - 1} ({_ranges(indices)}): as class indices that is a {count}-class "
+                f"output with {count - len(indices)} empty classes. Map the labels to 0..N-1 "
+                "first, or pass --num-classes to confirm."
+            )
+    return dataclasses.replace(
+        summary,
+        num_classes=inference.num_classes,
+        labels=indices,
+        label_vocabulary=vocabulary,
+        task=inference.task,
+        task_reason=inference.reason,
+    )
 
 
 def embedded_summary(name: str) -> DataSummary:
     """What the embedded data set ``name`` holds, without writing or reading it (for the
     checks that run before the output directory is claimed)."""
-    labels = tuple(range(DIGITS_CLASSES))
+    common = dict(
+        rows=sum(DIGITS_CLASS_COUNTS),
+        label_dtype="int",
+        label_values=tuple(
+            (str(label), count, "the embedded digits")
+            for label, count in enumerate(DIGITS_CLASS_COUNTS)
+        ),
+    )
     if name == "digits":
         return DataSummary(
             CSV,
             (),
             (*DIGITS_COLUMNS, "label"),
             tuple((c, NUMERIC) for c in DIGITS_COLUMNS),
-            1797,
-            DIGITS_CLASSES,
-            labels,
+            **common,
         )
     return DataSummary(
         TFRECORD,
         (),
         ("image", "label"),
         (("image", IMAGE),),
-        1797,
-        DIGITS_CLASSES,
-        labels,
         image_shapes=(("image", (IMAGE_SIDE, IMAGE_SIDE, 1)),),
+        **common,
     )
 
 
@@ -282,13 +370,26 @@ def data_format(data_root: str, requested: str | None = None) -> str:
 
 
 def validate_data_root(
-    data_root: str, label_key: str, num_classes: int | None = None, requested: str | None = None
+    data_root: str, settings, requested: str | None = None, schema_file: str | None = None
 ) -> DataSummary:
-    """Checks a data root (CSV or TFRecord files) as ExampleGen and the model will read it."""
+    """Checks a data root (CSV or TFRecord files) as ExampleGen and the model will read it,
+    under the user's schema if there is one, and decides the task (``settings``: the run's
+    ``ModelSettings``)."""
     if data_format(data_root, requested) == TFRECORD:
         from tfx_accum.pipeline.tfrecord_check import validate_tfrecord_dir
 
-        return validate_tfrecord_dir(data_root, label_key, num_classes)
-    from tfx_accum.pipeline.csv_check import validate_csv_dir
+        summary = validate_tfrecord_dir(data_root, settings.label_key)
+    else:
+        from tfx_accum.pipeline.csv_check import validate_csv_dir
 
-    return validate_csv_dir(data_root, label_key, num_classes)
+        summary = validate_csv_dir(data_root, settings.label_key)
+    if schema_file:
+        from tfx_accum.pipeline.schema_file import apply_schema, read_schema_file
+
+        summary, dropped = apply_schema(summary, read_schema_file(schema_file), settings.label_key)
+        if dropped:
+            from tfx_accum import console
+
+            shown = ", ".join(map(repr, dropped[:8])) + (", ..." if len(dropped) > 8 else "")
+            console.say(f"[data] not in --schema, so not features: {shown}")
+    return decide_label(summary, settings)

@@ -18,7 +18,7 @@ from typing import Any
 
 from tfx_accum import console
 from tfx_accum.components.peak_memory import host_peak_mb, reset_host_peak
-from tfx_accum.components.settings import DEFAULT_MODEL, LABEL_KEY, ModelSettings
+from tfx_accum.components.settings import ModelSettings
 from tfx_accum.pipeline import config
 from tfx_accum.pipeline.beam import available_cpus, local_beam_args
 from tfx_accum.pipeline.data import DataSummary, validate_data_root, write_embedded
@@ -116,33 +116,28 @@ def _install_progress() -> _ProgressHandler:
 def prepare_data(
     data_root: str | None,
     paths: LocalPaths,
-    label_key: str,
+    settings: ModelSettings,
     checked: DataSummary | None = None,
     *,
-    num_classes: int | None = None,
     embedded: str = "digits",
     data_format: str | None = None,
 ) -> tuple[str, DataSummary]:
     """The data root to use (the embedded data set ``embedded`` when None), validated
-    before anything runs.
+    before anything runs; prints what it holds and the task.
 
     ``checked``: ``data_root``'s summary when the caller has validated it already.
     """
     if data_root is None:
         data_root = str(write_embedded(embedded, paths.embedded_data_dir(embedded)))
         console.say(f"[data] no --data-root given: using the embedded {embedded} ({data_root})")
-    summary = checked or validate_data_root(data_root, label_key, num_classes, data_format)
-    classes = (
-        f"{summary.num_classes} classes ({', '.join(summary.label_vocabulary[:5])}"
-        + (", ..." if summary.num_classes > 5 else "")
-        + ")"
-        if summary.label_vocabulary
-        else f"{summary.num_classes} classes"
-    )
+    summary = checked or validate_data_root(data_root, settings, data_format)
+    files = "TFRecord" if summary.format == "tfrecord" else "CSV"
     console.say(
-        f"[data] {len(summary.files)} {'TFRecord' if summary.format == 'tfrecord' else 'CSV'} "
-        f"file(s), {summary.rows} rows, features: {summary.kind_counts()}; {classes}"
+        f"[data] {len(summary.files)} {files} file(s), {summary.rows} rows, features: "
+        f"{summary.kind_counts()}; {summary.label_line()}"
     )
+    chosen = "" if settings.task else "; --task to choose"
+    console.say(f"[data] task: {summary.task} ({summary.task_reason}{chosen})")
     return str(Path(data_root).resolve()), summary
 
 
@@ -151,8 +146,7 @@ def run_local(
     data_root: str | None,
     output_dir: str,
     orchestrator: str = "local",
-    model_name: str = DEFAULT_MODEL,
-    label_key: str = LABEL_KEY,
+    model_settings: ModelSettings | None = None,
     enable_cache: bool = True,
     checked: DataSummary | None = None,
     **pipeline_settings: Any,
@@ -160,23 +154,21 @@ def run_local(
     """Validates the inputs, then builds and runs the pipeline; returns where it wrote.
 
     ``pipeline_settings`` are :func:`create_pipeline`'s (``search_space``, ``tune``,
-    ``hyperparameters``, ``train_steps``, ``accuracy_threshold``); the number of classes
-    comes from the data. ``checked``: the summary of a ``data_root`` already checked
-    with :func:`prepare_data`, so that it is not read twice.
+    ``hyperparameters``, ``train_steps``, ``accuracy_threshold``); ``model_settings``
+    carry the task and classes the check decided. ``checked``: the summary of a
+    ``data_root`` already checked with :func:`prepare_data`, so that it is not read twice.
     """
     if orchestrator not in ORCHESTRATORS:
         raise InputError(f"`orchestrator` must be one of {ORCHESTRATORS}, got {orchestrator!r}.")
     paths = LocalPaths(Path(output_dir).resolve())
     paths.output_dir.mkdir(parents=True, exist_ok=True)
+    model_settings = model_settings or ModelSettings()
     if checked is None:
-        data_root, checked = prepare_data(data_root, paths, label_key)
+        data_root, checked = prepare_data(data_root, paths, model_settings)
+        model_settings = dataclasses.replace(
+            model_settings, task=checked.task, num_classes=checked.num_classes
+        )
     summary = checked
-    try:
-        # String labels: the components learn the label vocabulary from the training split.
-        classes = None if summary.label_vocabulary else summary.num_classes
-        model_settings = ModelSettings(model_name, classes, label_key)
-    except ValueError as error:
-        raise InputError(str(error)) from None
 
     from tfx_accum.pipeline.pipeline import create_pipeline
 

@@ -22,18 +22,41 @@ from tfx_accum.components.export import LABELS_SIGNATURE, OUTPUT_KEY, SERVING_SI
 from tfx_accum.components.search_space import SearchSpace
 from tfx_accum.components.settings import (
     ACCURACY_THRESHOLD,
+    BEST_TRIAL_BUDGET,
     TRAIN_STEPS,
     Hyperparameters,
     ModelSettings,
 )
+from tfx_accum.components.tasks import PREDICTION_KEYS, REGRESSION
+from tfx_accum.components.tfx_components import Trainer, Tuner
 from tfx_accum.pipeline.beam import pod_beam_args
 
 TUNER_FN = "tfx_accum.components.tuner.tuner_fn"
 RUN_FN = "tfx_accum.components.trainer.run_fn"
 
 
-def eval_config(label_key: str, accuracy_threshold: float) -> tfma.EvalConfig:
+def eval_config(label_key: str, accuracy_threshold: float, task: str = "") -> tfma.EvalConfig:
     """Accuracy on the eval split must reach ``accuracy_threshold`` to bless the model."""
+    if task == REGRESSION:
+        return tfma.EvalConfig(
+            model_specs=[
+                tfma.ModelSpec(
+                    label_key=label_key,
+                    signature_name=SERVING_SIGNATURE,
+                    prediction_key=PREDICTION_KEYS[REGRESSION],
+                    preprocessing_function_names=[LABELS_SIGNATURE],
+                )
+            ],
+            slicing_specs=[tfma.SlicingSpec()],
+            metrics_specs=[
+                tfma.MetricsSpec(
+                    metrics=[
+                        tfma.MetricConfig(class_name="MeanSquaredError"),
+                        tfma.MetricConfig(class_name="ExampleCount"),
+                    ]
+                )
+            ],
+        )
     return tfma.EvalConfig(
         model_specs=[
             tfma.ModelSpec(
@@ -100,18 +123,26 @@ def create_pipeline(
     enable_cache: bool = True,
     parallel_trials: int = 1,
     data_format: str = "csv",
+    schema_file: str | None = None,
 ) -> tfx.dsl.Pipeline:
     """Builds the pipeline. ``metadata_path=None`` leaves ML Metadata to the orchestrator.
 
     ``hyperparameters`` are the Trainer's when ``tune`` is off (default:
     ``Hyperparameters()``); with tuning on, the Tuner's best ones are used.
-    ``train_steps_auto``: with tuning, the Trainer makes more than ``train_steps`` updates
-    if that is what it takes to see as many examples as each trial saw.
+    ``train_steps_auto`` (``--train-steps`` not given): with tuning, the Trainer trains the
+    best configuration for the best trial's budget, and so ends with its model; otherwise
+    ``train_steps`` updates with early stopping.
     ``beam_pipeline_args``: default, Beam's DirectRunner in-process with one worker (the
     runners size it: :mod:`tfx_accum.pipeline.beam`).
     ``parallel_trials``: Keras Tuner trials run side by side in worker processes of the
     Tuner (:mod:`tfx_accum.components.parallel_search`); 1 runs them one after another.
     ``data_format``: ``csv`` or ``tfrecord`` (``tf.Example`` records).
+    ``schema_file``: the user's schema (a ``schema.pbtxt``), imported by ImportSchemaGen
+    instead of SchemaGen's inferred one: it also guides StatisticsGen (categorical
+    integers get their values counted).
+
+    The Tuner and Trainer are TFX's, with StatisticsGen's statistics as an input
+    (components/tfx_components.py): the data description is made from them.
     """
     search_space = search_space or SearchSpace()
     model_settings = model_settings or ModelSettings()
@@ -119,24 +150,34 @@ def create_pipeline(
     label_key = model_settings.label_key
 
     example_gen = example_gen_component(data_root, data_format)
-    statistics_gen = tfx.components.StatisticsGen(examples=example_gen.outputs["examples"])
-    schema_gen = tfx.components.SchemaGen(
-        statistics=statistics_gen.outputs["statistics"], infer_feature_shape=True
-    )
+    if schema_file:
+        schema_gen = tfx.components.ImportSchemaGen(schema_file=schema_file)
+        statistics_gen = tfx.components.StatisticsGen(
+            examples=example_gen.outputs["examples"], schema=schema_gen.outputs["schema"]
+        )
+        components: list[Any] = [example_gen, schema_gen, statistics_gen]
+    else:
+        statistics_gen = tfx.components.StatisticsGen(examples=example_gen.outputs["examples"])
+        schema_gen = tfx.components.SchemaGen(
+            statistics=statistics_gen.outputs["statistics"], infer_feature_shape=True
+        )
+        components = [example_gen, statistics_gen, schema_gen]
+    statistics = statistics_gen.outputs["statistics"]
     example_validator = tfx.components.ExampleValidator(
-        statistics=statistics_gen.outputs["statistics"], schema=schema_gen.outputs["schema"]
+        statistics=statistics, schema=schema_gen.outputs["schema"]
     )
-    components: list[Any] = [example_gen, statistics_gen, schema_gen, example_validator]
+    components.append(example_validator)
 
     best_hyperparameters = None  # the Tuner's output channel, when tuning
     if tune:
         # The Tuner budgets trials in examples (search_space.tuning_epochs) and reads the
         # whole eval split: its TrainArgs/EvalArgs are required by TFX but unused, and kept
         # constant so that --train-steps does not invalidate the Tuner's cache.
-        tuner = tfx.components.Tuner(
+        tuner = Tuner(
             tuner_fn=TUNER_FN,
             examples=example_gen.outputs["examples"],
             schema=schema_gen.outputs["schema"],
+            statistics=statistics,
             train_args=tfx.proto.TrainArgs(),
             eval_args=tfx.proto.EvalArgs(),
             custom_config={
@@ -152,17 +193,20 @@ def create_pipeline(
     else:
         custom_config["hyperparameters"] = (hyperparameters or Hyperparameters()).to_values()
 
-    # A stable place for the Trainer's training-state backups (see trainer.backup_location).
-    trainer_config = {**custom_config, "backup_root": f"{pipeline_root}/_backup"}
+    trainer_config = {
+        **custom_config,
+        # A stable place for the Trainer's training-state backups (trainer.backup_location).
+        "backup_root": f"{pipeline_root}/_backup",
+        # The search's seed: the Trainer trains the best trial's model (same start, order).
+        "seed": search_space.seed,
+    }
     if tune and train_steps_auto:
-        trainer_config["min_examples"] = {
-            "epochs": search_space.tuning_epochs,
-            "examples_per_epoch": search_space.examples_per_epoch,  # None: the train split
-        }
-    trainer = tfx.components.Trainer(
+        trainer_config["train_budget"] = BEST_TRIAL_BUDGET
+    trainer = Trainer(
         run_fn=RUN_FN,
         examples=example_gen.outputs["examples"],
         schema=schema_gen.outputs["schema"],
+        statistics=statistics,
         hyperparameters=best_hyperparameters,
         train_args=tfx.proto.TrainArgs(num_steps=train_steps),
         eval_args=tfx.proto.EvalArgs(),  # validation reads the whole eval split
@@ -171,7 +215,7 @@ def create_pipeline(
     evaluator = tfx.components.Evaluator(
         examples=example_gen.outputs["examples"],
         model=trainer.outputs["model"],
-        eval_config=eval_config(label_key, accuracy_threshold),
+        eval_config=eval_config(label_key, accuracy_threshold, model_settings.task or ""),
     )
     pusher = tfx.components.Pusher(
         model=trainer.outputs["model"],

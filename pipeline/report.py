@@ -36,11 +36,7 @@ class RunSummary:
     trainer_budget: dict[str, int] | None = None  # updates, global_batch, examples
     resplit: dict[str, Any] | None = None  # the best trial and split, when re-split
 
-    @property
-    def trial_examples(self) -> int | None:
-        """The examples each (non-reused) trial trained on, if the trials say."""
-        values = {int(t[TRIAL_EXAMPLES]) for t in self.trials if t.get(TRIAL_EXAMPLES)}
-        return max(values) if values else None
+    best_trial_examples: int | None = None  # the Tuner's decision: the best trial's budget
 
 
 def _run_outputs(
@@ -99,12 +95,13 @@ def read_summary(metadata_path: str, run_started: str) -> RunSummary:
     connection.sqlite.connection_mode = metadata_store_pb2.SqliteMetadataSourceConfig.READONLY
     store = metadata_store.MetadataStore(connection)
     run_id, outputs, _ = _run_outputs(store, run_started)
-    best, resplit = None, None
+    best, resplit, best_examples = None, None, None
     if "HyperParameters" in outputs:
         path = Path(outputs["HyperParameters"].uri) / "best_hyperparameters.txt"
         if path.exists():
             decision = TunerDecision.from_config(json.loads(path.read_text()))
             best = decision.hyperparameters
+            best_examples = decision.examples
             if decision.resplit_from_trial is not None:
                 resplit = {
                     "trial": decision.resplit_from_trial,
@@ -130,7 +127,9 @@ def read_summary(metadata_path: str, run_started: str) -> RunSummary:
     pushed = outputs.get("PushedModel")
     if pushed is not None and pushed.custom_properties["pushed"].int_value:
         pushed_to = pushed.custom_properties["pushed_destination"].string_value
-    return RunSummary(run_id, best, accuracy, blessed, pushed_to, trials, budget, resplit)
+    return RunSummary(
+        run_id, best, accuracy, blessed, pushed_to, trials, budget, resplit, best_examples
+    )
 
 
 def mark_unfinished_as_canceled(metadata_path: str, run_started: str | None) -> list[str]:

@@ -13,14 +13,7 @@ import io
 from pathlib import Path
 
 from tfx_accum.components.feature_kinds import IMAGE, MAX_VOCABULARY, NUMERIC, STRING, is_image
-from tfx_accum.pipeline.data import (
-    TFRECORD,
-    TFRECORD_SUFFIXES,
-    DataError,
-    DataSummary,
-    check_class_count,
-    check_label_vocabulary,
-)
+from tfx_accum.pipeline.data import TFRECORD, TFRECORD_SUFFIXES, DataError, DataSummary
 
 _KINDS = {"int64_list": NUMERIC, "float_list": NUMERIC, "bytes_list": STRING}
 
@@ -54,9 +47,7 @@ def _image_shape(path: Path, number: int, name: str, data: bytes) -> tuple[int, 
         ) from None
 
 
-def validate_tfrecord_dir(
-    data_root: str, label_key: str, num_classes: int | None = None
-) -> DataSummary:
+def validate_tfrecord_dir(data_root: str, label_key: str) -> DataSummary:
     """Checks a TFRecord directory; raises DataError naming the file, record and feature."""
     from google.protobuf.message import DecodeError
     from tensorflow.core.example import example_pb2
@@ -74,6 +65,8 @@ def validate_tfrecord_dir(
     missing: dict[str, int] = {}
     vocabularies: dict[str, set[str]] = {}
     labels: dict[object, tuple[Path, int]] = {}
+    label_counts: dict[object, int] = {}
+    label_list = ""
     rows = 0
     per_file: dict[Path, set[str]] = {}  # the features each file has values of
     for path in files:
@@ -118,6 +111,8 @@ def validate_tfrecord_dir(
                         bucket.add(values[0].decode("utf-8", "replace"))
             label = _values(features[label_key])[0]
             labels.setdefault(label, (path, number))
+            label_counts[label] = label_counts.get(label, 0) + 1
+            label_list = label_list or features[label_key].WhichOneof("kind")
             rows += 1
         if records == 0:
             raise DataError(f"{path} holds no records.")
@@ -140,17 +135,11 @@ def validate_tfrecord_dir(
     label_kind = kinds[label_key]
     if label_kind == IMAGE:
         raise DataError(f"The label {label_key!r} holds images; it must be a class.")
-    class_indices: tuple[int, ...] = ()
-    vocabulary: tuple[str, ...] = ()
-    if label_kind == STRING:
-        names = {v.decode("utf-8", "replace") for v in labels}
-        vocabulary = tuple(sorted(names))
-        count = check_label_vocabulary(names, num_classes)
-    else:
-        where = {
-            float(value): f"{path}, record {number}" for value, (path, number) in labels.items()
-        }
-        count, class_indices = check_class_count(where, num_classes, label_key)
+    label_dtype = {"int64_list": "int", "float_list": "float"}.get(label_list, "string")
+
+    def written(value) -> str:
+        return value.decode("utf-8", "replace") if isinstance(value, bytes) else repr(value)
+
     columns = tuple(kinds)
     features = [(n, k) for n, k in kinds.items() if n != label_key]
     return DataSummary(
@@ -159,13 +148,15 @@ def validate_tfrecord_dir(
         columns=columns,
         kinds=tuple(sorted(features)),
         rows=rows,
-        num_classes=count,
-        labels=class_indices,
-        label_vocabulary=vocabulary,
         missing=tuple(sorted((n, c) for n, c in missing.items() if n != label_key)),
         image_shapes=tuple(sorted(shapes.items())),
         vocabularies=tuple(
             (n, tuple(sorted(v))[:MAX_VOCABULARY]) for n, v in sorted(vocabularies.items())
+        ),
+        label_dtype=label_dtype,
+        label_values=tuple(
+            (written(value), label_counts[value], f"{path}, record {number}")
+            for value, (path, number) in labels.items()
         ),
     )
 
