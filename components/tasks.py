@@ -6,9 +6,11 @@ command line's data check, or the Tuner and Trainer from StatisticsGen's statist
 
 - a text label: classification (its distinct values are the classes);
 - an integer label (or whole numbers written as floats, ``0.0``/``1.0``) with at most
-  ``MAX_CLASSES_INFERRED`` possible values ``0..max``: classification;
-- otherwise (fractional numbers, or many distinct integers such as ages 25-346):
-  regression.
+  ``MAX_CLASSES_INFERRED`` distinct values (where they were counted, as the data check
+  does), or else at most that many possible values ``0..max`` (StatisticsGen's
+  statistics give the range, not the count): classification;
+- otherwise (fractional numbers, negative numbers, or many distinct integers such as the
+  diabetes progression 25-346): regression.
 
 Two classes make ``binary``. ``--task`` says it instead (a label that looks like a
 regression target is then an error unless ``--num-classes`` confirms the classes). Each
@@ -136,6 +138,8 @@ def _looks_like_regression(label: LabelFacts) -> bool:
         return True  # fractional values cannot be ruled out
     if label.minimum is not None and label.minimum < 0:
         return True
+    if label.distinct is not None:
+        return label.distinct > MAX_CLASSES_INFERRED
     return label.maximum is not None and label.maximum + 1 > MAX_CLASSES_INFERRED
 
 
@@ -147,12 +151,14 @@ def _regression_reason(label: LabelFacts) -> str:
     )
     if label.integral is False or (label.integral is None and label.dtype == "float"):
         return f"fractional numbers{span}"
-    distinct = f"{label.distinct} distinct " if label.distinct else ""
-    return (
-        f"{distinct}whole numbers{span}, more than {MAX_CLASSES_INFERRED} possible classes"
-        if label.minimum is None or label.minimum >= 0
-        else f"negative numbers{span}"
-    )
+    if label.minimum is not None and label.minimum < 0:
+        return f"negative numbers{span}"
+    if label.distinct is not None:
+        return (
+            f"{label.distinct} distinct whole numbers{span}, more than "
+            f"{MAX_CLASSES_INFERRED} classes"
+        )
+    return f"whole numbers{span}, more than {MAX_CLASSES_INFERRED} possible classes"
 
 
 def _class_count(label: LabelFacts, num_classes: int | None) -> int:

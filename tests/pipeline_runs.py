@@ -33,6 +33,8 @@ SMALL = [
     "2e-3",
     "--lr-max",
     "1e-2",
+    "--accuracy-threshold",
+    "0.9",
 ]
 
 

@@ -16,13 +16,16 @@ from tfx_accum.components.hypermodel import AccumulationHyperModel
 from tfx_accum.components.models import build_model
 from tfx_accum.components.search_space import SearchSpace
 from tfx_accum.components.search_tuners import make_tuner
+from tfx_accum.components.settings import ModelSettings
 from tfx_accum.components.strategy import choose_strategy, replica_plan, strategy_kind
 from tfx_accum.components.trainer import StopAfterUpdates
 from tfx_accum.pipeline.csv_check import validate_csv_dir
 from tfx_accum.pipeline.data import (
+    DIGITS_CLASS_COUNTS,
     DataError,
     digits_csv_text,
     embedded_summary,
+    validate_data_root,
     write_embedded_digits,
 )
 
@@ -185,7 +188,10 @@ def test_out_of_memory_trials_are_failed_and_the_search_goes_on(tmp_path, capsys
     assert all(t.hyperparameters.get("micro_batch_size") == 8 for t in done)
     assert "out of memory with micro-batch 64" in failed[0].message
     best = tuner.get_best_hyperparameters()[0].values
-    assert set(best) == {"accumulation_steps", "micro_batch_size", "learning_rate"}
+    # The Tuner's decision: the best trial's values and its budget, nothing it measured.
+    assert set(best) == {"accumulation_steps", "micro_batch_size", "learning_rate", "examples"}
+    batch = 8 * best["accumulation_steps"]
+    assert best["examples"] == -(-96 // batch) * batch  # 1 epoch of 96 rows in whole batches
     out = capsys.readouterr().out
     assert "[tuner] trial" in out and "[FAILED]" in out and "[COMPLETED]" in out
 
@@ -238,8 +244,10 @@ def test_embedded_digits_are_real_and_written_once(tmp_path):
     directory = write_embedded_digits(tmp_path)
     target = directory / "digits.csv"
     mtime = target.stat().st_mtime_ns
-    summary = validate_csv_dir(str(directory), "label")
+    summary = validate_data_root(str(directory), ModelSettings())
     assert summary.rows == 1797 and summary.num_classes == 10 and len(summary.columns) == 65
+    assert summary.task == "multiclass"
+    assert tuple(c for _, c, _ in sorted(summary.label_values)) == DIGITS_CLASS_COUNTS
     write_embedded_digits(tmp_path)
     assert target.stat().st_mtime_ns == mtime  # unchanged file keeps the TFX cache valid
     assert target.read_text() == digits_csv_text()
@@ -250,8 +258,6 @@ def test_embedded_digits_are_real_and_written_once(tmp_path):
     [
         ("", "is empty"),
         ("a,label\n1,0\n2\n", "line 3: 1 values for 2 columns"),
-        ("a,label\n1,0.5\n", "class index"),
-        ("a,label\n1,0\n2,0\n", "single class"),
         ("a,label\n", "no data rows"),
         ("a,label\nnan,1\n1,0\n", "not a finite number"),
         # What CsvExampleGen would read differently from what the user meant:
@@ -259,7 +265,7 @@ def test_embedded_digits_are_real_and_written_once(tmp_path):
         (",a,label\n0,1,0\n1,2,1\n", "column 1 has no name (a pandas index"),
         ("a, label\n1,0\n2,1\n", "spaces around it"),
         ("a,label\n1, 0\n2,1\n", "' 0' has spaces around it"),
-        ("a,label\n1,0\n2,1000\n", "2 distinct values up to 1000"),
+        ("a,a,label\n1,2,0\n2,3,1\n", "columns 1 and 2 are both named 'a'"),
     ],
 )
 def test_csv_validation_messages(tmp_path, text, message):
@@ -293,24 +299,10 @@ def test_a_reused_trial_model_trains_like_a_fresh_one():
     assert max(float(np.max(np.abs(a - b))) for a, b in zip(second, fresh)) < 1e-6
 
 
-def test_trainer_covers_at_least_a_trials_examples_when_asked():
-    from types import SimpleNamespace
-
-    from tfx_accum.components.trainer import training_updates
-
-    auto = {"min_examples": {"epochs": 4, "examples_per_epoch": None}}
-    args = SimpleNamespace(train_steps=100, custom_config=auto)
-    # 4 x 1,171 examples at batch 128: 37 updates < 100, keep 100; at batch 512: 10 < 100.
-    assert training_updates(args, 1171, 128) == 100
-    args = SimpleNamespace(train_steps=10, custom_config=auto)
-    assert training_updates(args, 1171, 128) == 37  # raised to cover 4,684 examples
-    explicit = SimpleNamespace(train_steps=10, custom_config={})
-    assert training_updates(explicit, 1171, 128) == 10
-
-
 def test_labels_that_skip_class_zero_are_warned_about(tmp_path):
-    (tmp_path / "d.csv").write_text("a,label\n1,1\n2,2\n3,1\n")
-    summary = validate_csv_dir(str(tmp_path), "label")
+    rows = "".join(f"{i},{1 + i % 2}\n" for i in range(40))
+    (tmp_path / "d.csv").write_text("a,label\n" + rows)
+    summary = validate_data_root(str(tmp_path), ModelSettings())
     assert summary.num_classes == 3 and summary.labels == (1, 2)
     assert "1 of the 3 classes 0..2 have no example" in summary.label_warning()
 
@@ -333,17 +325,20 @@ def test_the_default_model_follows_the_data_and_image_models_need_a_square_grid(
         (directory / "d.csv").write_text("\n".join(lines) + "\n")
         return validate_csv_dir(str(directory), "y")
 
+    def model_for(args, summary):
+        return _model_for(args, summary, ModelSettings(label_key="y"))
+
     digits, images = embedded_summary("digits"), embedded_summary("digit-images")
-    assert _model_for(args(None, None), digits) == "cnn"  # the embedded 8x8 digits
-    assert _model_for(args(None, None), images) == "cnn"  # an image feature
-    assert _model_for(args(None, "/my/csvs"), columns(4)) == "mlp"  # never a 2x2 "image"
-    assert _model_for(args(None, "/my/csvs"), columns(64)) == "mlp"  # a grid is declared
-    assert _model_for(args("cnn", "/my/csvs"), columns(64)) == "cnn"  # declared grid
+    assert model_for(args(None, None), digits) == "cnn"  # the embedded 8x8 digits
+    assert model_for(args(None, None), images) == "cnn"  # an image feature
+    assert model_for(args(None, "/my/csvs"), columns(4)) == "mlp"  # never a 2x2 "image"
+    assert model_for(args(None, "/my/csvs"), columns(64)) == "mlp"  # a grid is declared
+    assert model_for(args("cnn", "/my/csvs"), columns(64)) == "cnn"  # declared grid
     with pytest.raises(InputError, match="30 feature columns.*--model mlp"):
-        _model_for(args("cnn", "/my/csvs"), columns(30))
+        model_for(args("cnn", "/my/csvs"), columns(30))
     with pytest.raises(InputError, match="too small an image"):
-        _model_for(args("densenet121", "/my/csvs"), columns(4))
+        model_for(args("densenet121", "/my/csvs"), columns(4))
     with pytest.raises(InputError, match="'t0' is a text column. Use --model mlp"):
-        _model_for(args("cnn", "/my/csvs"), columns(63, text=1))
+        model_for(args("cnn", "/my/csvs"), columns(63, text=1))
     with pytest.raises(InputError, match="'image' is an image. Use --model cnn"):
-        _model_for(args("mlp", None), images)
+        model_for(args("mlp", None), images)
