@@ -27,7 +27,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 warnings.filterwarnings("ignore", category=FutureWarning, module=r"google\..*")
 
 from tfx_accum import console  # noqa: E402
-from tfx_accum.components import settings  # noqa: E402
+from tfx_accum.components import settings, tasks  # noqa: E402
 from tfx_accum.components.search_space import ALGORITHMS, SearchSpace  # noqa: E402
 from tfx_accum.pipeline import config  # noqa: E402
 from tfx_accum.pipeline.data import DATA_FORMATS, EMBEDDED  # noqa: E402
@@ -172,10 +172,26 @@ def _add_model_options(parser: argparse.ArgumentParser) -> None:
         "raised when tuning so that the Trainer sees at least the best trial's examples)",
     )
     parser.add_argument(
+        "--bless-metric",
+        default=None,
+        help="the metric the Evaluator blesses on: accuracy, or for binary tasks auc, "
+        "precision, recall; mse or mae for regression (default: accuracy, or mse). Every "
+        "model must also beat the trivial baseline on the eval split (the majority class; "
+        "the mean predictor)",
+    )
+    parser.add_argument(
+        "--bless-threshold",
+        type=float,
+        default=None,
+        help="a fixed bar on --bless-metric as well: at least this (at most, for mse and "
+        "mae); needed for precision, recall and mae (default: none, beat the baseline; for "
+        "auc, beat chance 0.5)",
+    )
+    parser.add_argument(
         "--accuracy-threshold",
         type=float,
-        default=settings.ACCURACY_THRESHOLD,
-        help="eval accuracy needed to bless and push (default %(default)s)",
+        default=None,
+        help="deprecated: --bless-metric accuracy --bless-threshold X",
     )
     fixed = parser.add_argument_group("fixed hyperparameters (with --no-tune)")
     fixed.add_argument(
@@ -326,9 +342,22 @@ def pipeline_settings(args: argparse.Namespace) -> dict:
         hyperparameters=fixed_hyperparameters(args),
         train_steps=args.train_steps,
         train_steps_auto=isinstance(args.train_steps, _AutoTrainSteps),
-        accuracy_threshold=args.accuracy_threshold,
+        bless_metric=args.bless_metric,
+        bless_threshold=args.bless_threshold,
         parallel_trials=args.parallel_trials,
     )
+
+
+def _blessing(args: argparse.Namespace, num_classes: int | None) -> settings.Blessing:
+    """The Evaluator's blessing for the data's task, validated (exit 2 where it does not fit).
+
+    The task: two classes make binary, more multiclass (components/tasks.py).
+    """
+    task = tasks.BINARY if num_classes == 2 else tasks.MULTICLASS
+    try:
+        return settings.Blessing.for_task(task, args.bless_metric, args.bless_threshold)
+    except ValueError as error:
+        raise InputError(str(error)) from None
 
 
 def _check_common(args: argparse.Namespace) -> None:
@@ -336,11 +365,20 @@ def _check_common(args: argparse.Namespace) -> None:
         raise InputError(f"--train-steps must be >= 1, got {args.train_steps}.")
     if args.parallel_trials is not None and args.parallel_trials < 1:
         raise InputError(f"--parallel-trials must be >= 1, got {args.parallel_trials}.")
-    if not 0.0 <= args.accuracy_threshold <= 1.0:
-        raise InputError(f"--accuracy-threshold must be in [0, 1], got {args.accuracy_threshold}.")
+    if args.accuracy_threshold is not None:  # the deprecated spelling
+        if args.bless_threshold is not None or args.bless_metric not in (None, "accuracy"):
+            raise InputError(
+                "--accuracy-threshold X is --bless-metric accuracy --bless-threshold X; "
+                "give one or the other."
+            )
+        args.bless_metric, args.bless_threshold = "accuracy", args.accuracy_threshold
+    try:
+        settings.check_bless_options(args.bless_metric, args.bless_threshold)
+    except ValueError as error:
+        raise InputError(str(error)) from None
 
 
-def _summary_lines(summary, accuracy_threshold: float, trial_files, seconds: float) -> list[str]:
+def _summary_lines(summary, blessing: settings.Blessing, trial_files, seconds: float) -> list[str]:
     lines = ["", "=== tfx-accum summary ==="]
     if summary.best_hyperparameters:
         hp = summary.best_hyperparameters
@@ -365,16 +403,18 @@ def _summary_lines(summary, accuracy_threshold: float, trial_files, seconds: flo
             + f"Trainer {budget['updates']:,} updates x {budget['global_batch']} = "
             f"{budget['examples']:,} examples"
         )
-    if summary.accuracy is not None:
-        lines.append(
-            f"evaluation accuracy: {summary.accuracy:.4f} (threshold {accuracy_threshold})"
-        )
-    if summary.blessed or summary.blessed is None:
-        lines.append(f"blessed: {'yes' if summary.blessed else 'unknown'}")
+    from tfx_accum.pipeline.evaluation import blessing_reason, evaluation_line
+
+    if summary.evaluation is not None:
+        lines.append(evaluation_line(summary.evaluation, blessing.task))
+    if summary.blessed is None:
+        lines.append("blessed: unknown")
+    elif summary.blessed:
+        lines.append(f"blessed: yes ({blessing_reason(summary.evaluation, blessing, True)})")
     else:
         lines.append(
-            f"blessed: no (evaluation accuracy below the threshold {accuracy_threshold}): "
-            f"not pushed; exit code {EXIT_UNBLESSED} (--allow-unblessed to exit 0)"
+            f"blessed: no ({blessing_reason(summary.evaluation, blessing, False)}): not "
+            f"pushed; exit code {EXIT_UNBLESSED} (--allow-unblessed to exit 0)"
         )
     lines.append(f"pushed to: {summary.pushed_to or 'not pushed'}")
     lines.append(trial_files)
@@ -482,8 +522,11 @@ def _run(args: argparse.Namespace) -> int:
         )
     else:
         checked = None
-    # The model must suit the data.
-    model_name = _model_for(args, checked or embedded_summary(args.embedded))
+    # The model must suit the data, and the blessing its task.
+    data_summary = checked or embedded_summary(args.embedded)
+    model_name = _model_for(args, data_summary)
+    blessing = _blessing(args, data_summary.num_classes)
+    settings_["task"] = blessing.task
     with output_dirs.claim(output_dir):
         data_root, checked = prepare_data(
             args.data_root,
@@ -507,7 +550,7 @@ def _run(args: argparse.Namespace) -> int:
         run_started = datetime.datetime.now().isoformat()
         with console.capture(log, verbose=args.verbose):
             console.say(f"[tfx-accum] log: {log}")
-            run = _LocalRun(data_root, checked, model_name, log, run_started, start)
+            run = _LocalRun(data_root, checked, model_name, blessing, log, run_started, start)
             return _run_pipeline(args, settings_, output_dir, run)
 
 
@@ -518,6 +561,7 @@ class _LocalRun:
     data_root: str
     checked: object
     model_name: str
+    blessing: settings.Blessing
     log: Path
     run_started: str  # ISO time, names this run's ML Metadata context
     start: float  # monotonic
@@ -572,9 +616,7 @@ def _run_pipeline(args, settings_, output_dir: Path, run: _LocalRun) -> int:
                 console.say(f"  {line[:200]}")
         console.say(f"full log: {run.log}")
         return 1
-    for line in _summary_lines(
-        summary, args.accuracy_threshold, trial_files, time.monotonic() - run.start
-    ):
+    for line in _summary_lines(summary, run.blessing, trial_files, time.monotonic() - run.start):
         console.say(line)
     if summary.blessed is False and not args.allow_unblessed:
         return EXIT_UNBLESSED
@@ -595,6 +637,7 @@ def _compile(args: argparse.Namespace) -> int:
         args,
         {
             **pipeline_settings(args),
+            "task": _blessing(args, args.num_classes).task,
             "model_settings": model_settings,
             "data_format": args.data_format or "csv",
         },

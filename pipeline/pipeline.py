@@ -6,7 +6,8 @@ ExampleGen is CsvExampleGen for CSV files, or ImportExampleGen for TFRecord file
 The Tuner and Trainer code is referenced by dotted path (``tuner_fn=``, ``run_fn=``), not
 ``module_file``, so it ships inside the installed package (and the container image) and a
 Kubeflow compile needs no upload. There is no Resolver node (self-hosted Kubeflow
-Pipelines cannot run one): the Evaluator gates on an absolute accuracy threshold.
+Pipelines cannot run one): the Evaluator blesses a model that beats the trivial baseline
+on the eval split, and any fixed threshold asked for (pipeline/evaluation.py).
 """
 
 from __future__ import annotations
@@ -14,54 +15,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import tensorflow_model_analysis as tfma
 from tfx import v1 as tfx
 from tfx.proto import example_gen_pb2
 
-from tfx_accum.components.export import LABELS_SIGNATURE, OUTPUT_KEY, SERVING_SIGNATURE
+from tfx_accum.components import tasks
 from tfx_accum.components.search_space import SearchSpace
-from tfx_accum.components.settings import (
-    ACCURACY_THRESHOLD,
-    TRAIN_STEPS,
-    Hyperparameters,
-    ModelSettings,
-)
+from tfx_accum.components.settings import TRAIN_STEPS, Hyperparameters, ModelSettings
 from tfx_accum.pipeline.beam import pod_beam_args
+from tfx_accum.pipeline.evaluation import eval_config
 
 TUNER_FN = "tfx_accum.components.tuner.tuner_fn"
 RUN_FN = "tfx_accum.components.trainer.run_fn"
-
-
-def eval_config(label_key: str, accuracy_threshold: float) -> tfma.EvalConfig:
-    """Accuracy on the eval split must reach ``accuracy_threshold`` to bless the model."""
-    return tfma.EvalConfig(
-        model_specs=[
-            tfma.ModelSpec(
-                label_key=label_key,
-                signature_name=SERVING_SIGNATURE,
-                prediction_key=OUTPUT_KEY,
-                # The label as a class index, from the model's own label vocabulary (string
-                # labels) or range check (components/export.py).
-                preprocessing_function_names=[LABELS_SIGNATURE],
-            )
-        ],
-        slicing_specs=[tfma.SlicingSpec()],
-        metrics_specs=[
-            tfma.MetricsSpec(
-                metrics=[
-                    tfma.MetricConfig(
-                        class_name="SparseCategoricalAccuracy",
-                        threshold=tfma.MetricThreshold(
-                            value_threshold=tfma.GenericValueThreshold(
-                                lower_bound={"value": accuracy_threshold}
-                            )
-                        ),
-                    ),
-                    tfma.MetricConfig(class_name="ExampleCount"),
-                ]
-            )
-        ],
-    )
 
 
 # ExampleGen's file pattern per data format (pipeline/data.py detects the format).
@@ -94,7 +58,9 @@ def create_pipeline(
     model_settings: ModelSettings | None = None,
     train_steps: int = TRAIN_STEPS,
     train_steps_auto: bool = False,
-    accuracy_threshold: float = ACCURACY_THRESHOLD,
+    task: str = tasks.MULTICLASS,
+    bless_metric: str | None = None,
+    bless_threshold: float | None = None,
     metadata_path: str | None = None,
     beam_pipeline_args: Sequence[str] | None = None,
     enable_cache: bool = True,
@@ -112,6 +78,8 @@ def create_pipeline(
     ``parallel_trials``: Keras Tuner trials run side by side in worker processes of the
     Tuner (:mod:`tfx_accum.components.parallel_search`); 1 runs them one after another.
     ``data_format``: ``csv`` or ``tfrecord`` (``tf.Example`` records).
+    ``task``, ``bless_metric``, ``bless_threshold``: what the Evaluator measures and
+    blesses on (:func:`~tfx_accum.pipeline.evaluation.eval_config`).
     """
     search_space = search_space or SearchSpace()
     model_settings = model_settings or ModelSettings()
@@ -171,7 +139,9 @@ def create_pipeline(
     evaluator = tfx.components.Evaluator(
         examples=example_gen.outputs["examples"],
         model=trainer.outputs["model"],
-        eval_config=eval_config(label_key, accuracy_threshold),
+        eval_config=eval_config(
+            task, label_key, model_settings.num_classes, bless_metric, bless_threshold
+        ),
     )
     pusher = tfx.components.Pusher(
         model=trainer.outputs["model"],
