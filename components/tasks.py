@@ -55,6 +55,17 @@ def is_classification(task: str) -> bool:
     return task in (MULTICLASS, BINARY)
 
 
+def evaluated_task(task: str | None, num_classes: int | None) -> str:
+    """The task the Evaluator is configured for when the pipeline is built: ``task`` as
+    decided (multiclass, binary, regression), or for a compile's ``classification`` (the
+    data unseen) binary with 2 classes given, else multiclass."""
+    if task in TASKS:
+        return task
+    if task == REGRESSION:
+        return REGRESSION
+    return BINARY if num_classes == 2 else MULTICLASS
+
+
 @dataclasses.dataclass(frozen=True)
 class LabelFacts:
     """What is known of the label's values (from the data check or the statistics).

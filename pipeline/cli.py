@@ -27,7 +27,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 warnings.filterwarnings("ignore", category=FutureWarning, module=r"google\..*")
 
 from tfx_accum import console  # noqa: E402
-from tfx_accum.components import settings  # noqa: E402
+from tfx_accum.components import settings, tasks  # noqa: E402
 from tfx_accum.components.search_space import ALGORITHMS, SearchSpace  # noqa: E402
 from tfx_accum.components.tasks import CLASSIFICATION, TASK_CHOICES  # noqa: E402
 from tfx_accum.pipeline import config  # noqa: E402
@@ -236,10 +236,26 @@ def _add_model_options(parser: argparse.ArgumentParser) -> None:
         "raised when tuning so that the Trainer sees at least the best trial's examples)",
     )
     parser.add_argument(
+        "--bless-metric",
+        default=None,
+        help="the metric the Evaluator blesses on: accuracy, or for binary tasks auc, "
+        "precision, recall; mse or mae for regression (default: accuracy, or mse). Every "
+        "model must also beat the trivial baseline on the eval split (the majority class; "
+        "the mean predictor)",
+    )
+    parser.add_argument(
+        "--bless-threshold",
+        type=float,
+        default=None,
+        help="a fixed bar on --bless-metric as well: at least this (at most, for mse and "
+        "mae); needed for precision, recall and mae (default: none, beat the baseline; for "
+        "auc, beat chance 0.5)",
+    )
+    parser.add_argument(
         "--accuracy-threshold",
         type=float,
-        default=settings.ACCURACY_THRESHOLD,
-        help="eval accuracy needed to bless and push (default %(default)s)",
+        default=None,
+        help="deprecated: --bless-metric accuracy --bless-threshold X",
     )
     fixed = parser.add_argument_group("fixed hyperparameters (with --no-tune)")
     fixed.add_argument(
@@ -393,9 +409,19 @@ def pipeline_settings(args: argparse.Namespace) -> dict:
         schema_file=str(Path(args.schema).resolve())
         if args.schema and "://" not in args.schema
         else args.schema,
-        accuracy_threshold=args.accuracy_threshold,
+        bless_metric=args.bless_metric,
+        bless_threshold=args.bless_threshold,
         parallel_trials=args.parallel_trials,
     )
+
+
+def _blessing(args: argparse.Namespace, task: str) -> settings.Blessing:
+    """The Evaluator's blessing for the task (as the data check decided it, or a compile's
+    --task), validated: exit 2 where it does not fit."""
+    try:
+        return settings.Blessing.for_task(task, args.bless_metric, args.bless_threshold)
+    except ValueError as error:
+        raise InputError(str(error)) from None
 
 
 def _check_common(args: argparse.Namespace) -> None:
@@ -403,11 +429,20 @@ def _check_common(args: argparse.Namespace) -> None:
         raise InputError(f"--train-steps must be >= 1, got {args.train_steps}.")
     if args.parallel_trials is not None and args.parallel_trials < 1:
         raise InputError(f"--parallel-trials must be >= 1, got {args.parallel_trials}.")
-    if not 0.0 <= args.accuracy_threshold <= 1.0:
-        raise InputError(f"--accuracy-threshold must be in [0, 1], got {args.accuracy_threshold}.")
+    if args.accuracy_threshold is not None:  # the deprecated spelling
+        if args.bless_threshold is not None or args.bless_metric not in (None, "accuracy"):
+            raise InputError(
+                "--accuracy-threshold X is --bless-metric accuracy --bless-threshold X; "
+                "give one or the other."
+            )
+        args.bless_metric, args.bless_threshold = "accuracy", args.accuracy_threshold
+    try:
+        settings.check_bless_options(args.bless_metric, args.bless_threshold)
+    except ValueError as error:
+        raise InputError(str(error)) from None
 
 
-def _summary_lines(summary, accuracy_threshold: float, trial_files, seconds: float) -> list[str]:
+def _summary_lines(summary, blessing: settings.Blessing, trial_files, seconds: float) -> list[str]:
     lines = ["", "=== tfx-accum summary ==="]
     if summary.best_hyperparameters:
         hp = summary.best_hyperparameters
@@ -426,16 +461,18 @@ def _summary_lines(summary, accuracy_threshold: float, trial_files, seconds: flo
     budget = summary.trainer_budget
     if budget:
         lines.append("budget: " + _budget_text(budget, summary.best_trial_examples))
-    if summary.accuracy is not None:
-        lines.append(
-            f"evaluation accuracy: {summary.accuracy:.4f} (threshold {accuracy_threshold})"
-        )
-    if summary.blessed or summary.blessed is None:
-        lines.append(f"blessed: {'yes' if summary.blessed else 'unknown'}")
+    from tfx_accum.pipeline.evaluation import blessing_reason, evaluation_line
+
+    if summary.evaluation is not None:
+        lines.append(evaluation_line(summary.evaluation, blessing.task))
+    if summary.blessed is None:
+        lines.append("blessed: unknown")
+    elif summary.blessed:
+        lines.append(f"blessed: yes ({blessing_reason(summary.evaluation, blessing, True)})")
     else:
         lines.append(
-            f"blessed: no (evaluation accuracy below the threshold {accuracy_threshold}): "
-            f"not pushed; exit code {EXIT_UNBLESSED} (--allow-unblessed to exit 0)"
+            f"blessed: no ({blessing_reason(summary.evaluation, blessing, False)}): not "
+            f"pushed; exit code {EXIT_UNBLESSED} (--allow-unblessed to exit 0)"
         )
     lines.append(f"pushed to: {summary.pushed_to or 'not pushed'}")
     lines.append(trial_files)
@@ -574,8 +611,9 @@ def _run(args: argparse.Namespace) -> int:
         checked = validate_data_root(args.data_root, requested, args.data_format, args.schema)
     else:
         checked = decide_label(embedded_summary(args.embedded), requested)
-    # The model must suit the data.
+    # The model must suit the data, and the blessing its task.
     model_name = _model_for(args, checked, requested)
+    blessing = _blessing(args, checked.task)
     # The task and classes as the check decided them: the components start from them.
     decided = dataclasses.replace(
         requested, model=model_name, task=checked.task, num_classes=checked.num_classes
@@ -603,7 +641,7 @@ def _run(args: argparse.Namespace) -> int:
         run_started = datetime.datetime.now().isoformat()
         with console.capture(log, verbose=args.verbose):
             console.say(f"[tfx-accum] log: {log}")
-            run = _LocalRun(data_root, checked, model_name, log, run_started, start)
+            run = _LocalRun(data_root, checked, model_name, blessing, log, run_started, start)
             return _run_pipeline(args, settings_, output_dir, run)
 
 
@@ -614,6 +652,7 @@ class _LocalRun:
     data_root: str
     checked: object
     model_name: str
+    blessing: settings.Blessing
     log: Path
     run_started: str  # ISO time, names this run's ML Metadata context
     start: float  # monotonic
@@ -666,9 +705,7 @@ def _run_pipeline(args, settings_, output_dir: Path, run: _LocalRun) -> int:
                 console.say(f"  {line[:200]}")
         console.say(f"full log: {run.log}")
         return 1
-    for line in _summary_lines(
-        summary, args.accuracy_threshold, trial_files, time.monotonic() - run.start
-    ):
+    for line in _summary_lines(summary, run.blessing, trial_files, time.monotonic() - run.start):
         console.say(line)
     if summary.blessed is False and not args.allow_unblessed:
         return EXIT_UNBLESSED
@@ -688,6 +725,7 @@ def _compile(args: argparse.Namespace) -> int:
         from tfx_accum.pipeline.schema_file import read_schema_file
 
         read_schema_file(args.schema)  # a local file is checked before the compile
+    _blessing(args, tasks.evaluated_task(model_settings.task, model_settings.num_classes))
     return compile_from_args(
         args,
         {

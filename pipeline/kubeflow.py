@@ -367,7 +367,7 @@ def compile_pipeline(
 
     ``pipeline_settings`` are :func:`~tfx_accum.pipeline.pipeline.create_pipeline`'s
     keyword arguments (``tune``, ``hyperparameters``, ``model_settings``, ``train_steps``,
-    ``accuracy_threshold``), the same as for a local run.
+    ``bless_metric``, ``bless_threshold``), the same as for a local run.
     """
     if target not in TARGETS:
         raise InputError(f"--target must be one of {TARGETS}, got {target!r}.")

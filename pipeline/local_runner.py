@@ -154,7 +154,7 @@ def run_local(
     """Validates the inputs, then builds and runs the pipeline; returns where it wrote.
 
     ``pipeline_settings`` are :func:`create_pipeline`'s (``search_space``, ``tune``,
-    ``hyperparameters``, ``train_steps``, ``accuracy_threshold``); ``model_settings``
+    ``hyperparameters``, ``train_steps``, ``bless_metric``); ``model_settings``
     carry the task and classes the check decided. ``checked``: the summary of a
     ``data_root`` already checked with :func:`prepare_data`, so that it is not read twice.
     """

@@ -6,7 +6,8 @@ ExampleGen is CsvExampleGen for CSV files, or ImportExampleGen for TFRecord file
 The Tuner and Trainer code is referenced by dotted path (``tuner_fn=``, ``run_fn=``), not
 ``module_file``, so it ships inside the installed package (and the container image) and a
 Kubeflow compile needs no upload. There is no Resolver node (self-hosted Kubeflow
-Pipelines cannot run one): the Evaluator gates on an absolute accuracy threshold.
+Pipelines cannot run one): the Evaluator blesses a model that beats the trivial baseline
+on the eval split, and any fixed threshold asked for (pipeline/evaluation.py).
 """
 
 from __future__ import annotations
@@ -14,77 +15,23 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import tensorflow_model_analysis as tfma
 from tfx import v1 as tfx
 from tfx.proto import example_gen_pb2
 
-from tfx_accum.components.export import LABELS_SIGNATURE, OUTPUT_KEY, SERVING_SIGNATURE
+from tfx_accum.components import tasks
 from tfx_accum.components.search_space import SearchSpace
 from tfx_accum.components.settings import (
-    ACCURACY_THRESHOLD,
     BEST_TRIAL_BUDGET,
     TRAIN_STEPS,
     Hyperparameters,
     ModelSettings,
 )
-from tfx_accum.components.tasks import PREDICTION_KEYS, REGRESSION
 from tfx_accum.components.tfx_components import Trainer, Tuner
 from tfx_accum.pipeline.beam import pod_beam_args
+from tfx_accum.pipeline.evaluation import eval_config
 
 TUNER_FN = "tfx_accum.components.tuner.tuner_fn"
 RUN_FN = "tfx_accum.components.trainer.run_fn"
-
-
-def eval_config(label_key: str, accuracy_threshold: float, task: str = "") -> tfma.EvalConfig:
-    """Accuracy on the eval split must reach ``accuracy_threshold`` to bless the model."""
-    if task == REGRESSION:
-        return tfma.EvalConfig(
-            model_specs=[
-                tfma.ModelSpec(
-                    label_key=label_key,
-                    signature_name=SERVING_SIGNATURE,
-                    prediction_key=PREDICTION_KEYS[REGRESSION],
-                    preprocessing_function_names=[LABELS_SIGNATURE],
-                )
-            ],
-            slicing_specs=[tfma.SlicingSpec()],
-            metrics_specs=[
-                tfma.MetricsSpec(
-                    metrics=[
-                        tfma.MetricConfig(class_name="MeanSquaredError"),
-                        tfma.MetricConfig(class_name="ExampleCount"),
-                    ]
-                )
-            ],
-        )
-    return tfma.EvalConfig(
-        model_specs=[
-            tfma.ModelSpec(
-                label_key=label_key,
-                signature_name=SERVING_SIGNATURE,
-                prediction_key=OUTPUT_KEY,
-                # The label as a class index, from the model's own label vocabulary (string
-                # labels) or range check (components/export.py).
-                preprocessing_function_names=[LABELS_SIGNATURE],
-            )
-        ],
-        slicing_specs=[tfma.SlicingSpec()],
-        metrics_specs=[
-            tfma.MetricsSpec(
-                metrics=[
-                    tfma.MetricConfig(
-                        class_name="SparseCategoricalAccuracy",
-                        threshold=tfma.MetricThreshold(
-                            value_threshold=tfma.GenericValueThreshold(
-                                lower_bound={"value": accuracy_threshold}
-                            )
-                        ),
-                    ),
-                    tfma.MetricConfig(class_name="ExampleCount"),
-                ]
-            )
-        ],
-    )
 
 
 # ExampleGen's file pattern per data format (pipeline/data.py detects the format).
@@ -117,7 +64,8 @@ def create_pipeline(
     model_settings: ModelSettings | None = None,
     train_steps: int = TRAIN_STEPS,
     train_steps_auto: bool = False,
-    accuracy_threshold: float = ACCURACY_THRESHOLD,
+    bless_metric: str | None = None,
+    bless_threshold: float | None = None,
     metadata_path: str | None = None,
     beam_pipeline_args: Sequence[str] | None = None,
     enable_cache: bool = True,
@@ -140,6 +88,8 @@ def create_pipeline(
     ``schema_file``: the user's schema (a ``schema.pbtxt``), imported by ImportSchemaGen
     instead of SchemaGen's inferred one: it also guides StatisticsGen (categorical
     integers get their values counted).
+    ``bless_metric``, ``bless_threshold``: what the Evaluator blesses on, for the task of
+    ``model_settings`` (:func:`~tfx_accum.pipeline.evaluation.eval_config`).
 
     The Tuner and Trainer are TFX's, with StatisticsGen's statistics as an input
     (components/tfx_components.py): the data description is made from them.
@@ -215,7 +165,13 @@ def create_pipeline(
     evaluator = tfx.components.Evaluator(
         examples=example_gen.outputs["examples"],
         model=trainer.outputs["model"],
-        eval_config=eval_config(label_key, accuracy_threshold, model_settings.task or ""),
+        eval_config=eval_config(
+            tasks.evaluated_task(model_settings.task, model_settings.num_classes),
+            label_key,
+            model_settings.num_classes,
+            bless_metric,
+            bless_threshold,
+        ),
     )
     pusher = tfx.components.Pusher(
         model=trainer.outputs["model"],

@@ -6,7 +6,7 @@ import csv
 import dataclasses
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ml_metadata import metadata_store
 from ml_metadata.proto import metadata_store_pb2
@@ -24,18 +24,20 @@ from tfx_accum.components.settings import (
 )
 from tfx_accum.pipeline.files import atomic_write
 
+if TYPE_CHECKING:  # imports TensorFlow Model Analysis: only once there is an evaluation
+    from tfx_accum.pipeline.evaluation import Evaluation
+
 
 @dataclasses.dataclass
 class RunSummary:
     run_id: str | None
     best_hyperparameters: Hyperparameters | None
-    accuracy: float | None
+    evaluation: Evaluation | None  # the Evaluator's metrics and validation
     blessed: bool | None
     pushed_to: str | None
     trials: list[dict[str, Any]]
     trainer_budget: dict[str, int] | None = None  # updates, global_batch, examples
     resplit: dict[str, Any] | None = None  # the best trial and split, when re-split
-
     best_trial_examples: int | None = None  # the Tuner's decision: the best trial's budget
 
 
@@ -66,22 +68,6 @@ def _run_outputs(
     for artifact in sorted(artifacts, key=lambda a: a.id):
         by_type[types[artifact.type_id]] = artifact
     return context.name, by_type, list(executions)
-
-
-def _accuracy(eval_uri: str) -> float | None:
-    import tensorflow_model_analysis as tfma
-
-    try:
-        result = tfma.load_eval_result(eval_uri)
-    except Exception:  # noqa: BLE001 - no evaluation written
-        return None
-    for _, metrics in result.slicing_metrics:
-        for output in metrics.values():
-            for sub in output.values():
-                value = sub.get("sparse_categorical_accuracy")
-                if value is not None:
-                    return float(value.get("doubleValue", value.get("value", 0.0)))
-    return None
 
 
 def read_summary(metadata_path: str, run_started: str) -> RunSummary:
@@ -117,9 +103,11 @@ def read_summary(metadata_path: str, run_started: str) -> RunSummary:
         path = Path(outputs["TunerResults"].uri) / "tuner_results.json"
         if path.exists():
             trials = json.loads(path.read_text())
-    accuracy = None
+    evaluation = None
     if "ModelEvaluation" in outputs:
-        accuracy = _accuracy(outputs["ModelEvaluation"].uri)
+        from tfx_accum.pipeline.evaluation import read_evaluation
+
+        evaluation = read_evaluation(outputs["ModelEvaluation"].uri)
     blessed = None
     if "ModelBlessing" in outputs:
         blessed = bool(outputs["ModelBlessing"].custom_properties["blessed"].int_value)
@@ -128,7 +116,7 @@ def read_summary(metadata_path: str, run_started: str) -> RunSummary:
     if pushed is not None and pushed.custom_properties["pushed"].int_value:
         pushed_to = pushed.custom_properties["pushed_destination"].string_value
     return RunSummary(
-        run_id, best, accuracy, blessed, pushed_to, trials, budget, resplit, best_examples
+        run_id, best, evaluation, blessed, pushed_to, trials, budget, resplit, best_examples
     )
 
 

@@ -33,8 +33,6 @@ SMALL = [
     "2e-3",
     "--lr-max",
     "1e-2",
-    "--accuracy-threshold",
-    "0.9",
 ]
 
 

@@ -106,6 +106,7 @@ def test_installed_wheel_compiles_for_a_gpu_node_pool(wheel_env):
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     spec, platform = yaml.safe_load_all(output.read_text())
     assert "tfx_accum.components.trainer.run_fn" in json.dumps(spec)
+    assert "tfx_accum.components.baseline_metrics" in json.dumps(spec)  # the Evaluator's
     executors = platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
     selector = executors["Trainer_executor"]["nodeSelector"]["labels"]
     assert selector == {"cloud.google.com/gke-accelerator": "nvidia-l4"}
@@ -125,3 +126,32 @@ def test_installed_wheel_trains_exactly(wheel_env):
     assert str(venv) in result["file"], result  # the wheel's copy, not the source tree
     assert result["version"] != "0+unknown"
     assert result["diff"] < 1e-5, result
+
+
+BASELINE_METRICS = """
+import json, os
+os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
+import tensorflow_model_analysis as tfma
+from tensorflow_model_analysis.metrics import metric_specs
+from tfx_accum.components import baseline_metrics
+files = []
+for cls in (baseline_metrics.MajorityClassLift, baseline_metrics.MeanPredictorLift):
+    metric = metric_specs.metric_instance(baseline_metrics.metric_config(cls))
+    files.append(__import__(type(metric).__module__, fromlist=["_"]).__file__)
+print(json.dumps(files))
+"""
+
+
+def test_installed_wheel_holds_the_evaluators_baseline_metrics(wheel_env):
+    """TFMA imports the baseline metrics by module name, as an Evaluator pod will."""
+    _, venv, work = wheel_env
+    proc = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", BASELINE_METRICS],
+        capture_output=True,
+        text=True,
+        cwd=work,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    files = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert len(files) == 2 and all(str(venv) in f for f in files), files

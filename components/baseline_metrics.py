@@ -1,0 +1,266 @@
+"""TFMA metrics that measure the trivial baseline and the model's lift over it, in one pass.
+
+A model is worth blessing only if it beats what needs no model at all, measured on the
+split it is judged on (the Evaluator's eval split):
+
+- classification: always predicting the **majority class** of that split. Its accuracy is
+  the majority class's share; :class:`MajorityClassLift` reports that share
+  (``majority_class_share``) and the model's accuracy minus it (``accuracy_lift``).
+- regression: always predicting the **mean** of that split. Its MSE is the labels'
+  variance; :class:`MeanPredictorLift` reports it (``mean_predictor_mse``) and
+  ``r_squared`` = 1 - MSE / the mean predictor's MSE, the share of the mean predictor's
+  squared error the model removes (R^2; 0 for a model that predicts the mean).
+
+Both baselines take the eval split's own majority and mean, the best constant in
+hindsight: stricter than the training split's, and measured on the same examples in the
+same pass as the model's score (each is a ``beam.CombineFn`` that TFMA runs beside its
+own metrics). The Evaluator gates on the lift with a ``MetricThreshold`` of
+:data:`MIN_LIFT` (pipeline/evaluation.py): equal to the baseline is not better.
+
+They are ordinary ``tfma.metrics.Metric`` subclasses, named in an ``EvalConfig`` by class
+and module (:func:`metric_config`), so TFMA imports them from the installed package
+wherever the Evaluator runs (Beam's DirectRunner, a Kubeflow pod).
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+from collections.abc import Iterable
+
+import apache_beam as beam
+import numpy as np
+import tensorflow_model_analysis as tfma
+from tensorflow_model_analysis.metrics import metric_types, metric_util
+
+# The names of the values in TFMA's output (``tfma.load_eval_result``, the validation).
+ACCURACY_LIFT = "accuracy_lift"  # accuracy - majority_class_share
+MAJORITY_CLASS_SHARE = "majority_class_share"  # the majority class's share of the split
+R_SQUARED = "r_squared"  # 1 - mse / mean_predictor_mse
+MEAN_PREDICTOR_MSE = "mean_predictor_mse"  # the labels' variance on the split
+
+# The lift a model must reach to count as better than the baseline. Not 0: a model equal
+# to the baseline (a constant majority-class or mean model) scores a lift of 0 up to float
+# rounding (~1e-16), which must not pass; one example better of a million is 1e-6.
+MIN_LIFT = 1e-9
+
+
+def metric_config(metric_class: type[tfma.metrics.Metric]) -> tfma.MetricConfig:
+    """The ``MetricConfig`` naming ``metric_class`` by class and by this module."""
+    return tfma.MetricConfig(class_name=metric_class.__name__, module=__name__)
+
+
+def _key(name: str, model_name: str, output_name: str, sub_key, example_weighted: bool):
+    return metric_types.MetricKey(
+        name=name,
+        model_name=model_name,
+        output_name=output_name,
+        sub_key=sub_key,
+        example_weighted=example_weighted,
+    )
+
+
+class MajorityClassLift(tfma.metrics.Metric):
+    """The majority class's share of the examples, and the model's accuracy above it.
+
+    Reads sparse labels (a class index per example, as the ``transform_labels`` signature
+    gives them) and class scores (``[num_classes]`` per example; the predicted class is
+    the arg max, as in Keras's ``SparseCategoricalAccuracy``). Writes ``accuracy_lift``
+    (the metric's name, for thresholds) and ``majority_class_share``.
+    """
+
+    def __init__(self, name: str = ACCURACY_LIFT):
+        super().__init__(metric_util.merge_per_key_computations(_majority_computations), name=name)
+
+
+class MeanPredictorLift(tfma.metrics.Metric):
+    """The MSE of always predicting the labels' mean, and the model's R^2 against it.
+
+    Reads one number per example for label and prediction. Writes ``r_squared`` (the
+    metric's name, for thresholds) and ``mean_predictor_mse``; ``r_squared`` is NaN (never
+    blessed) when every label is the same, where no model can beat the mean.
+    """
+
+    def __init__(self, name: str = R_SQUARED):
+        super().__init__(metric_util.merge_per_key_computations(_mean_computations), name=name)
+
+
+def _majority_computations(
+    name: str = ACCURACY_LIFT,
+    eval_config: tfma.EvalConfig | None = None,
+    model_name: str = "",
+    output_name: str = "",
+    sub_key: metric_types.SubKey | None = None,
+    example_weighted: bool = False,
+) -> metric_types.MetricComputations:
+    keys = [
+        _key(n, model_name, output_name, sub_key, example_weighted)
+        for n in (name, MAJORITY_CLASS_SHARE)
+    ]
+    return [
+        metric_types.MetricComputation(
+            keys=keys,
+            preprocessors=None,
+            combiner=_MajorityCombiner(keys, eval_config, example_weighted),
+        )
+    ]
+
+
+def _mean_computations(
+    name: str = R_SQUARED,
+    eval_config: tfma.EvalConfig | None = None,
+    model_name: str = "",
+    output_name: str = "",
+    sub_key: metric_types.SubKey | None = None,
+    example_weighted: bool = False,
+) -> metric_types.MetricComputations:
+    keys = [
+        _key(n, model_name, output_name, sub_key, example_weighted)
+        for n in (name, MEAN_PREDICTOR_MSE)
+    ]
+    return [
+        metric_types.MetricComputation(
+            keys=keys,
+            preprocessors=None,
+            combiner=_MeanCombiner(keys, eval_config, example_weighted),
+        )
+    ]
+
+
+class _Combiner(beam.CombineFn):
+    """Label, prediction and weight of each example, as TFMA's own metrics read them."""
+
+    def __init__(self, keys, eval_config, example_weighted: bool, flatten: bool):
+        self._keys = keys
+        self._eval_config = eval_config
+        self._example_weighted = example_weighted
+        self._flatten = flatten
+
+    def _examples(self, element: metric_types.StandardMetricInputs):
+        key = self._keys[0]
+        yield from metric_util.to_label_prediction_example_weight(
+            element,
+            eval_config=self._eval_config,
+            model_name=key.model_name,
+            output_name=key.output_name,
+            sub_key=key.sub_key,
+            example_weighted=self._example_weighted,
+            flatten=self._flatten,
+            require_single_example_weight=True,
+        )
+
+
+@dataclasses.dataclass
+class _ClassCounts:
+    """Weight per true class, of correctly predicted examples, and in all."""
+
+    per_class: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+    correct: float = 0.0
+    total: float = 0.0
+
+
+class _MajorityCombiner(_Combiner):
+    def __init__(self, keys, eval_config, example_weighted: bool):
+        super().__init__(keys, eval_config, example_weighted, flatten=False)
+
+    def create_accumulator(self) -> _ClassCounts:
+        return _ClassCounts()
+
+    def add_input(
+        self, accumulator: _ClassCounts, element: metric_types.StandardMetricInputs
+    ) -> _ClassCounts:
+        for label, prediction, weight in self._examples(element):
+            scores = np.asarray(prediction, dtype=np.float64).reshape(-1)
+            if scores.size < 2:
+                raise ValueError(
+                    f"{type(self).__name__} needs one score per class (at least 2 per "
+                    f"example, the serving output's `scores`); got {scores.size}."
+                )
+            true_class = int(np.asarray(label).reshape(-1)[0])
+            weight = float(metric_util.safe_to_scalar(weight))
+            accumulator.per_class[true_class] += weight
+            accumulator.total += weight
+            if int(np.argmax(scores)) == true_class:
+                accumulator.correct += weight
+        return accumulator
+
+    def merge_accumulators(self, accumulators: Iterable[_ClassCounts]) -> _ClassCounts:
+        merged = _ClassCounts()
+        for accumulator in accumulators:
+            merged.per_class.update(accumulator.per_class)
+            merged.correct += accumulator.correct
+            merged.total += accumulator.total
+        return merged
+
+    def extract_output(self, accumulator: _ClassCounts) -> metric_types.MetricsDict:
+        lift_key, share_key = self._keys
+        if accumulator.total <= 0:
+            return {lift_key: float("nan"), share_key: float("nan")}
+        majority = max(accumulator.per_class.values())
+        # From the counts, so that a constant majority-class model's lift is exactly 0.
+        return {
+            lift_key: (accumulator.correct - majority) / accumulator.total,
+            share_key: majority / accumulator.total,
+        }
+
+
+@dataclasses.dataclass
+class _Moments:
+    """Weighted count, mean and sum of squared deviations of the labels (Welford, merged
+    by Chan's rule: no cancellation between large sums), and the model's squared error."""
+
+    weight: float = 0.0
+    mean: float = 0.0
+    squared_deviations: float = 0.0
+    squared_errors: float = 0.0
+
+
+class _MeanCombiner(_Combiner):
+    def __init__(self, keys, eval_config, example_weighted: bool):
+        super().__init__(keys, eval_config, example_weighted, flatten=True)
+
+    def create_accumulator(self) -> _Moments:
+        return _Moments()
+
+    def add_input(
+        self, accumulator: _Moments, element: metric_types.StandardMetricInputs
+    ) -> _Moments:
+        for label, prediction, weight in self._examples(element):
+            y = float(metric_util.safe_to_scalar(label))
+            p = float(metric_util.safe_to_scalar(prediction))
+            w = float(metric_util.safe_to_scalar(weight))
+            if w <= 0:
+                continue
+            accumulator.weight += w
+            delta = y - accumulator.mean
+            accumulator.mean += w * delta / accumulator.weight
+            accumulator.squared_deviations += w * delta * (y - accumulator.mean)
+            accumulator.squared_errors += w * (y - p) ** 2
+        return accumulator
+
+    def merge_accumulators(self, accumulators: Iterable[_Moments]) -> _Moments:
+        merged = _Moments()
+        for a in accumulators:
+            if a.weight <= 0:
+                continue
+            total = merged.weight + a.weight
+            delta = a.mean - merged.mean
+            merged.squared_deviations += (
+                a.squared_deviations + delta * delta * merged.weight * a.weight / total
+            )
+            merged.mean += delta * a.weight / total
+            merged.weight = total
+            merged.squared_errors += a.squared_errors
+        return merged
+
+    def extract_output(self, accumulator: _Moments) -> metric_types.MetricsDict:
+        r2_key, baseline_key = self._keys
+        if accumulator.weight <= 0:
+            return {r2_key: float("nan"), baseline_key: float("nan")}
+        baseline = accumulator.squared_deviations / accumulator.weight
+        r_squared = (
+            1.0 - accumulator.squared_errors / accumulator.squared_deviations
+            if accumulator.squared_deviations > 0
+            else float("nan")  # constant labels: nothing to beat, nothing to bless
+        )
+        return {r2_key: r_squared, baseline_key: baseline}
