@@ -360,6 +360,7 @@ def test_the_summary_says_why_the_model_was_not_blessed(multiclass_runs, regress
 def test_the_pipelines_evaluator_gets_the_tasks_config():
     from google.protobuf import json_format
 
+    from tfx_accum.components.settings import ModelSettings
     from tfx_accum.pipeline.pipeline import create_pipeline
 
     pipeline = create_pipeline(
@@ -368,7 +369,7 @@ def test_the_pipelines_evaluator_gets_the_tasks_config():
         "/d",
         "/s",
         tune=False,
-        task=tasks.BINARY,
+        model_settings=ModelSettings(task=tasks.BINARY),
         bless_metric="auc",
         bless_threshold=0.8,
     )
