@@ -45,10 +45,12 @@ def run_tuner_component(
     model: str = "cnn",
     num_classes: int = 10,
 ) -> TunerResult:
-    """Runs the Tuner executor on ``run_dir``'s newest examples and schema, in ``work_dir``."""
-    from tfx.components.tuner.executor import Executor
+    """Runs the Tuner's executor (tfx_accum's: TFX's, with the statistics) on ``run_dir``'s
+    newest examples, statistics and schema, in ``work_dir``."""
     from tfx.dsl.components.base.base_executor import BaseExecutor
     from tfx.types import standard_artifacts
+
+    from tfx_accum.components.tfx_components import TunerExecutor as Executor
 
     pipeline = run_dir / "pipeline"
     examples = standard_artifacts.Examples()
@@ -56,6 +58,9 @@ def run_tuner_component(
     examples.split_names = json.dumps(["train", "eval"])
     schema = standard_artifacts.Schema()
     schema.uri = str(_latest(pipeline / "SchemaGen" / "schema"))
+    statistics = standard_artifacts.ExampleStatistics()
+    statistics.uri = str(_latest(pipeline / "StatisticsGen" / "statistics"))
+    statistics.split_names = json.dumps(["train", "eval"])
     best, results = standard_artifacts.HyperParameters(), standard_artifacts.TunerResults()
     best.uri, results.uri = str(work_dir / "best"), str(work_dir / "results")
     os.makedirs(best.uri)
@@ -64,6 +69,7 @@ def run_tuner_component(
         "model": model,
         "num_classes": num_classes,
         "label_key": "label",
+        "task": "multiclass",
         "search_space": space.to_config(),
         "search_root": str(work_dir / "search"),
         "parallel_trials": parallel_trials,
@@ -71,7 +77,7 @@ def run_tuner_component(
     context = BaseExecutor.Context(tmp_dir=str(work_dir / "tmp"), unique_id="tuner")
     start = time.monotonic()
     Executor(context).Do(
-        {"examples": [examples], "schema": [schema]},
+        {"examples": [examples], "schema": [schema], "statistics": [statistics]},
         {"best_hyperparameters": [best], "tuner_results": [results]},
         {
             "tuner_fn": "tfx_accum.components.tuner.tuner_fn",

@@ -146,6 +146,29 @@ class DataDescription:
         """Numbers one preprocessed example holds (for the cache-size decision)."""
         return sum(int(np.prod(f.input_shape)) for f in self.features) + 1
 
+    def to_json(self) -> dict[str, Any]:
+        """What the model was trained on, for the run's record (the Trainer writes it)."""
+        return {
+            "label": self.label_key,
+            "task": self.task,
+            "num_classes": self.num_classes,
+            "label_vocabulary": list(self.label_vocabulary),
+            "training_examples": self.rows,
+            "features": [
+                {
+                    "name": f.name,
+                    "input_name": f.input_name,
+                    "kind": f.kind,
+                    "mean": f.mean,
+                    "variance": f.variance,
+                    "variance_floored": f.variance_floored,
+                    "missing": f.missing,
+                    "vocabulary_size": len(f.vocabulary),
+                }
+                for f in self.features
+            ],
+        }
+
     def only(self, input_names_: Iterable[str]) -> DataDescription:
         """This description with only the features whose model input names are given."""
         wanted = set(input_names_)

@@ -198,6 +198,8 @@ def run_fn(fn_args: tfx.components.FnArgs) -> None:
     write_budget(
         fn_args.model_run_dir, done, plan.global_batch, best_epoch.best, best_epoch.best_epoch + 1
     )
+    with tf.io.gfile.GFile(os.path.join(fn_args.model_run_dir, DESCRIPTION_FILE), "w") as handle:
+        json.dump(splits.data.to_json(), handle, indent=1)
     export_serving_model(model, splits.data, splits.preprocessor, fn_args.serving_model_dir)
     tf.io.gfile.rmtree(backup_dir)  # finished: a later run with these inputs starts afresh
 
@@ -256,6 +258,7 @@ class RestoreBestEpoch(keras.callbacks.Callback):
 
 
 BUDGET_FILE = "budget.json"  # in the ModelRun artifact; the run summary reads it
+DESCRIPTION_FILE = "data_description.json"  # in the ModelRun artifact: what the model got
 
 
 def write_budget(

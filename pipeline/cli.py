@@ -499,11 +499,11 @@ def _budget_text(budget: dict, best_trial: int | None) -> str:
     return f"Trainer {trained}{kept}"
 
 
-def _trial_files(summary, output_dir: Path) -> str:
+def _trial_files(summary, output_dir: Path, task: str) -> str:
     """Writes this run's trials.csv/png; with tuning off, earlier ones are left alone."""
     from tfx_accum.pipeline.report import write_trials
 
-    written = write_trials(summary.trials, output_dir)
+    written = write_trials(summary.trials, output_dir, tasks.OBJECTIVES[task])
     if written:
         return f"trials: {written[0]} and {written[1]}"
     earlier = [p.name for p in (output_dir / "trials.csv", output_dir / "trials.png") if p.exists()]
@@ -604,9 +604,8 @@ def _run(args: argparse.Namespace) -> int:
     settings_ = pipeline_settings(args)
     requested = model_settings_from_args(args, args.model or settings.DEFAULT_MODEL)
     output_dir = Path(args.output_dir).resolve()
-    output_dirs.check(output_dir)
-    # Your data is checked before anything is written (the lock file included); the
-    # embedded data are written, if need be, once the directory is ours.
+    # Your data is checked before anything is written (the output directory included);
+    # the embedded data are written, if need be, once the directory is ours.
     if args.data_root:
         checked = validate_data_root(args.data_root, requested, args.data_format, args.schema)
     else:
@@ -619,6 +618,7 @@ def _run(args: argparse.Namespace) -> int:
         requested, model=model_name, task=checked.task, num_classes=checked.num_classes
     )
     settings_["model_settings"] = decided
+    output_dirs.check(output_dir)
     with output_dirs.claim(output_dir):
         data_root, checked = prepare_data(
             args.data_root,
@@ -681,7 +681,7 @@ def _run_pipeline(args, settings_, output_dir: Path, run: _LocalRun) -> int:
             **settings_,
         )
         summary = read_summary(str(paths.metadata_path), run.run_started)
-        trial_files = _trial_files(summary, paths.output_dir)
+        trial_files = _trial_files(summary, paths.output_dir, run.blessing.task)
     except InputError:
         raise  # bad input: main prints it as one line, exit 2
     except KeyboardInterrupt:

@@ -144,8 +144,14 @@ def mark_unfinished_as_canceled(metadata_path: str, run_started: str | None) -> 
     return [types[e.type_id].rsplit(".", 1)[-1] for e in running]
 
 
-def write_trials(trials: list[dict[str, Any]], output_dir: Path) -> tuple[Path, Path] | None:
-    """Writes ``trials.csv`` and ``trials.png``.
+def write_trials(
+    trials: list[dict[str, Any]],
+    output_dir: Path,
+    objective: tuple[str, str] = ("val_accuracy", "max"),
+) -> tuple[Path, Path] | None:
+    """Writes ``trials.csv`` (best first) and ``trials.png``.
+
+    ``objective``: the score's name and direction (components/tasks.py: OBJECTIVES).
 
     The plot shows each trial's score (left) and training throughput (right) against its
     effective batch, coloured by learning rate; a reused trial (an exact duplicate, not
@@ -179,7 +185,12 @@ def write_trials(trials: list[dict[str, Any]], output_dir: Path) -> tuple[Path, 
         with open(tmp, "w", newline="") as handle:
             writer = csv.DictWriter(handle, fieldnames=fields, extrasaction="ignore")
             writer.writeheader()
-            writer.writerows(sorted(rows, key=lambda r: -(r.get("score") or 0)))
+            sign = -1.0 if objective[1] == "max" else 1.0
+            writer.writerows(
+                sorted(
+                    rows, key=lambda r: sign * r["score"] if r.get("score") is not None else 1e300
+                )
+            )
 
     def write_png(tmp):
         import matplotlib
@@ -193,7 +204,7 @@ def write_trials(trials: list[dict[str, Any]], output_dir: Path) -> tuple[Path, 
         lrs = [r[HP_LEARNING_RATE] for r in rows]
         norm = matplotlib.colors.LogNorm(min(lrs), max(lrs) * 1.0001)
         for axis, field, label in (
-            (ax, "score", "val_accuracy"),
+            (ax, "score", objective[0]),
             (speed_ax, TRIAL_SPEED, "training examples/s"),
         ):
             for reused in (False, True):

@@ -32,3 +32,19 @@ def wrong_classes(features, num_classes, hp):
     inputs = {name: keras.Input((1,), name=name) for name in features}
     x = keras.layers.Concatenate()(list(inputs.values()))
     return keras.Model(inputs, keras.layers.Dense(3, activation="softmax")(x))
+
+
+def all_but_ash(features, num_classes, hp, feature_stats):
+    """A model of every wine feature but ``ash``, on a list of inputs (Keras would match a
+    dict of all the columns to it by sorted position if the pipeline did not feed it by
+    name)."""
+    names = sorted(n for n in features if n != "ash")
+    inputs = [keras.Input((1,), name=name) for name in names]
+    x = keras.layers.Concatenate()(inputs)
+    x = keras.layers.Normalization(
+        mean=[feature_stats["mean"][n] for n in names],
+        variance=[feature_stats["variance"][n] for n in names],
+    )(x)
+    x = keras.layers.Dense(64, activation="relu")(x)
+    x = keras.layers.Dense(64, activation="relu")(x)
+    return keras.Model(inputs, keras.layers.Dense(num_classes, activation="softmax")(x))

@@ -43,7 +43,7 @@ def test_a_model_function_is_tuned_trained_and_served(tmp_path):
     "reference,message",
     [
         ("custom_models:not_a_model", "returned str, not a keras.Model"),
-        ("custom_models:wrong_inputs", "inputs ['pixels'] are not columns of the data"),
+        ("custom_models:wrong_inputs", "inputs ['pixels'] are not features of the data"),
         ("custom_models:wrong_classes", "one output of 10 class probabilities"),
         ("no_such_module:fn", "cannot import 'no_such_module'"),
         ("custom_models", "use one of cnn, mlp, densenet121, or your own model function"),
