@@ -530,12 +530,16 @@ def _model_for(args: argparse.Namespace, summary, requested) -> str:
     model must take the data's features (it is built once here to check), and the
     features it leaves out are named.
     """
+    from tfx_accum.components.columns import select_features
     from tfx_accum.pipeline.data import IMAGE, STRING
 
     model = args.model
     _check_model_name(model)
-    description = summary.description(requested)
-    kinds = {f.name: f.kind for f in description.features}
+    all_kinds = dict(summary.kinds)
+    chosen = select_features(
+        list(all_kinds), requested.label_key, requested.features, requested.exclude_features
+    )
+    kinds = {name: all_kinds[name] for name in chosen}
     has_image = IMAGE in kinds.values()
     if model is None:
         embedded_grid = args.data_root is None and not has_image
@@ -551,6 +555,7 @@ def _model_for(args: argparse.Namespace, summary, requested) -> str:
                 declared_inputs,
             )
 
+            description = summary.description(requested)
             try:
                 built = call_model_function(model, description, keras_tuner.HyperParameters())
             except ModelFunctionError as error:
