@@ -33,6 +33,7 @@ the batch, as Keras computes them; other ``add_loss`` values follow ``add_loss_r
 
 from __future__ import annotations
 
+import functools
 import warnings
 from typing import Any
 
@@ -41,6 +42,9 @@ import tensorflow as tf
 from keras import tree
 
 from tfx_accum.components import keras_adapter as adapter
+from tfx_accum.components import micro_batches
+from tfx_accum.components.accumulators import cast_like, is_sparse, make_accumulator, to_float32
+from tfx_accum.components.micro_batches import check_splittable
 from tfx_accum.components.settings import validate_positive_int
 
 __all__ = ["GradientAccumulationModel", "LOSS_REDUCTIONS"]
@@ -57,147 +61,6 @@ def _validate_reduction(name: str, value: Any) -> str | None:
     raise ValueError(
         f"`{name}` must be one of {LOSS_REDUCTIONS} or None. Received: {name}={value!r}."
     )
-
-
-def _first(structure: Any) -> Any:
-    return next(t for t in tree.flatten(structure) if t is not None)
-
-
-def _slice(structure: Any, start: tf.Tensor, size: tf.Tensor | int) -> Any:
-    """Rows ``start:start+size`` of every tensor; a Python-int size keeps shapes static."""
-
-    def cut(t):
-        if t is None:
-            return None
-        if isinstance(size, int):
-            rank = len(t.shape)
-            return tf.slice(t, [start] + [0] * (rank - 1), [size] + [-1] * (rank - 1))
-        # A strided slice, unlike tf.slice with a tensor size, also compiles under XLA.
-        return t[start : start + size]
-
-    return tree.map_structure(cut, structure)
-
-
-def _to_float32(gradient: Any) -> tf.Tensor:
-    if isinstance(gradient, tf.IndexedSlices):
-        gradient = tf.convert_to_tensor(gradient)
-    return tf.cast(gradient, tf.float32)
-
-
-def _cast(gradient: Any, dtype) -> Any:
-    if isinstance(gradient, tf.IndexedSlices):
-        return tf.IndexedSlices(
-            tf.cast(gradient.values, dtype), gradient.indices, gradient.dense_shape
-        )
-    return tf.cast(gradient, dtype)
-
-
-# ------------------------------------------------------------------ accumulators
-#
-# Dense gradients add into a float32 tensor. Sparse gradients (tf.IndexedSlices, from
-# embeddings) stay sparse: their slices are concatenated, which is exactly the gradient
-# plain Keras sees for the whole batch. Densifying would change the update of Adam and
-# RMSprop, which square each slice before summing duplicate indices.
-
-
-class _DenseAccumulator:
-    def start(self, gradient: Any, rows: tf.Tensor) -> Any:
-        return _to_float32(gradient)
-
-    def add(self, state: Any, j: tf.Tensor, gradient: Any) -> Any:
-        return state if gradient is None else state + _to_float32(gradient)
-
-    def result(self, state: Any, first: Any) -> Any:
-        return state
-
-
-def _as_slices(gradient: Any, values_shape: tf.TensorShape, index_dtype) -> tf.IndexedSlices:
-    if gradient is None:
-        return tf.IndexedSlices(
-            tf.zeros(tf.TensorShape([0]).concatenate(values_shape[1:]), tf.float32),
-            tf.zeros([0], index_dtype),
-        )
-    if not isinstance(gradient, tf.IndexedSlices):
-        rows = tf.shape(gradient)[0]
-        gradient = tf.IndexedSlices(gradient, tf.range(rows, dtype=index_dtype))
-    return gradient
-
-
-class _SparseAccumulator:
-    """Growable TensorArrays of slices: any number of rows per micro-batch."""
-
-    def start(self, gradient: tf.IndexedSlices, rows: tf.Tensor) -> Any:
-        shape = tf.TensorShape([None]).concatenate(gradient.values.shape[1:])
-        values = tf.TensorArray(
-            tf.float32, size=0, dynamic_size=True, infer_shape=False, element_shape=shape
-        )
-        indices = tf.TensorArray(
-            gradient.indices.dtype,
-            size=0,
-            dynamic_size=True,
-            infer_shape=False,
-            element_shape=tf.TensorShape([None]),
-        )
-        return (
-            values.write(0, tf.cast(gradient.values, tf.float32)),
-            indices.write(0, gradient.indices),
-        )
-
-    def add(self, state: Any, j: tf.Tensor, gradient: Any) -> Any:
-        values, indices = state
-        gradient = _as_slices(gradient, values.element_shape, indices.dtype)
-        return (
-            values.write(j, tf.cast(gradient.values, tf.float32)),
-            indices.write(j, tf.cast(gradient.indices, indices.dtype)),
-        )
-
-    def result(self, state: Any, first: tf.IndexedSlices) -> tf.IndexedSlices:
-        values, indices = state
-        return tf.IndexedSlices(values.concat(), indices.concat(), first.dense_shape)
-
-
-class _SparseBufferAccumulator:
-    """Fixed-size buffers written by scatter: what XLA can compile.
-
-    XLA cannot grow a TensorArray, and pads its elements to one size (so a concat would
-    include padding). The buffer holds ``count * (rows_0 + rows_0 / size_0)`` rows, enough
-    when a micro-batch's rows grow with its sample count (embedding lookups) or do not
-    depend on it; the exact rows are sliced out at the end. A model whose sparse rows
-    exceed that bound gets NaN gradients (a loud failure, never a silent one).
-    """
-
-    def __init__(self, count: tf.Tensor, first_size: tf.Tensor):
-        self.count = count
-        self.first_size = first_size
-
-    def start(self, gradient: tf.IndexedSlices, rows: tf.Tensor) -> Any:
-        per_sample = -(-rows // tf.maximum(self.first_size, 1))
-        capacity = self.count * (rows + per_sample)
-        values = tf.zeros(tf.concat([[capacity], tf.shape(gradient.values)[1:]], 0), tf.float32)
-        indices = tf.zeros([capacity], gradient.indices.dtype)
-        state = (values, indices, tf.zeros((), tf.int32), capacity)
-        return self._write(state, gradient)
-
-    def _write(self, state: Any, gradient: tf.IndexedSlices) -> Any:
-        values, indices, offset, capacity = state
-        rows = tf.shape(gradient.indices)[0]
-        where = tf.expand_dims(tf.minimum(offset + tf.range(rows), capacity - 1), 1)
-        values = tf.tensor_scatter_nd_update(values, where, tf.cast(gradient.values, tf.float32))
-        indices = tf.tensor_scatter_nd_update(
-            indices, where, tf.cast(gradient.indices, indices.dtype)
-        )
-        return values, indices, offset + rows, capacity
-
-    def add(self, state: Any, j: tf.Tensor, gradient: Any) -> Any:
-        values, indices = state[0], state[1]
-        slices = _as_slices(gradient, values.shape, indices.dtype)
-        return self._write(state, slices)
-
-    def result(self, state: Any, first: tf.IndexedSlices) -> tf.IndexedSlices:
-        values, indices, offset, capacity = state
-        used = tf.minimum(offset, capacity)
-        poison = tf.where(offset > capacity, float("nan"), 1.0)
-        return tf.IndexedSlices(values[:used] * poison, indices[:used], first.dense_shape)
 
 
 # ----------------------------------------------------------------- step context
@@ -219,7 +82,15 @@ class _Step:
         self.share: tf.Tensor | None = None  # micro-batch samples / whole batch samples
         self.super_called = False
         self.own_value: tf.Tensor | None = None
+        # Per output, what its ``<output>_loss`` metric is updated with (summed over the
+        # micro-batches) and with which sample weight; see ``_term_shares``.
         self.per_output: list[tf.Tensor] = []
+        self.per_output_weights: list[Any] = []
+        # What the logged loss differs from the differentiated one by (reduction=None:
+        # the gradient is of the sum, the log is the mean, as in plain Keras).
+        self.log_delta: tf.Tensor | float = 0.0
+        self.static_n: int | None = None
+        self.local_n: tf.Tensor | None = None
 
 
 @keras.saving.register_keras_serializable(package="tfx_accum")
@@ -281,7 +152,18 @@ class GradientAccumulationModel(keras.Model):
 
     Limits: BatchNormalization layers that train normalise each micro-batch with its own
     statistics (a warning is given); frozen ones (``trainable=False``) are exact.
+
+    Changing ``k`` on a built model: assign ``model.gradient_accumulation_steps = k``.
+    Without XLA the traced step reads ``k`` from a variable, so one traced step serves
+    every ``k`` and batch size (``model.train_step_trace_count`` counts the traces); with
+    ``jit_compile=True`` ``k`` shapes the compiled step, and a new ``k`` retraces it.
     """
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        own = cls.__dict__.get("train_step")
+        if own is not None and not getattr(own, "_tfx_accum_checked", False):
+            cls.train_step = _checked_train_step(own)
 
     def __new__(cls, *args, **kwargs):
         if adapter.is_functional_call(args, kwargs):
@@ -300,15 +182,70 @@ class GradientAccumulationModel(keras.Model):
         **kwargs,
     ):
         super().__init__(*args, **kwargs)
-        self.gradient_accumulation_steps = validate_positive_int(
-            "gradient_accumulation_steps", gradient_accumulation_steps, "1 means plain training"
-        )
+        self._steps_value = 1
+        self.gradient_accumulation_steps = gradient_accumulation_steps
         self.add_loss_reduction = _validate_reduction("add_loss_reduction", add_loss_reduction)
         self.compute_loss_reduction = _validate_reduction(
             "compute_loss_reduction", compute_loss_reduction
         )
         self._warned: set[str] = set()
         self._step: _Step | None = None
+
+    # ------------------------------------------------------------ accumulation steps
+
+    @property
+    def gradient_accumulation_steps(self) -> int:
+        """``k``, the micro-batches per optimizer update; settable on a built model.
+
+        Without XLA the next step uses the new value without retracing; with
+        ``jit_compile=True`` (where ``k`` fixes the compiled shapes) the train function is
+        rebuilt on the next ``fit``.
+        """
+        return self._steps_value
+
+    @gradient_accumulation_steps.setter
+    def gradient_accumulation_steps(self, value: int) -> None:
+        value = validate_positive_int(
+            "gradient_accumulation_steps", value, "1 means plain training"
+        )
+        if value > 1 and getattr(self, "_bypassed_by", None):
+            raise _bypass_error(self._bypassed_by, value)
+        object.__setattr__(self, "_steps_value", value)
+        if value > 1 and self.train_step_trace_count:
+            self._warn_if_batch_normalization()  # the traced step may not be traced again
+        variable = getattr(self, "_steps_variable", None)
+        if variable is not None:
+            variable.assign(value)
+        traced = getattr(self, "_traced_static_steps", None)
+        if traced is not None and traced != value:
+            # The compiled step has k in its shapes: build a new train function.
+            self.train_function = None
+            object.__setattr__(self, "_traced_static_steps", None)
+
+    def set_accumulation_steps(self, k: int) -> GradientAccumulationModel:
+        """Sets ``gradient_accumulation_steps`` (see there) and returns the model."""
+        self.gradient_accumulation_steps = k
+        return self
+
+    @property
+    def train_step_trace_count(self) -> int:
+        """How many times this model's ``train_step`` has been traced into a graph."""
+        return getattr(self, "_train_step_traces", 0)
+
+    def make_train_function(self, force=False):
+        # Once per process: fail loudly, before training, on a Keras whose loss
+        # internals differ from those the accumulation mirrors (keras_adapter).
+        adapter.self_check()
+        adapter.check_compiled(self)
+        # The variable the traced step reads k from, outside any tf.function; a plain
+        # tf.Variable kept out of Keras's tracking (it is no weight of the model).
+        if getattr(self, "_steps_variable", None) is None:
+            with tf.init_scope():
+                variable = tf.Variable(
+                    self._steps_value, dtype=tf.int32, trainable=False, name="accumulation_steps"
+                )
+            object.__setattr__(self, "_steps_variable", variable)
+        return super().make_train_function(force=force)
 
     # ------------------------------------------------------------------ construction
 
@@ -369,9 +306,7 @@ class GradientAccumulationModel(keras.Model):
             )
         }
         model = super().from_config(config, custom_objects=custom_objects)
-        model.gradient_accumulation_steps = validate_positive_int(
-            "gradient_accumulation_steps", own["gradient_accumulation_steps"]
-        )
+        model.gradient_accumulation_steps = own["gradient_accumulation_steps"]
         model.add_loss_reduction = _validate_reduction(
             "add_loss_reduction", own["add_loss_reduction"]
         )
@@ -389,12 +324,15 @@ class GradientAccumulationModel(keras.Model):
             self._warned.add(key)
             warnings.warn(message, stacklevel=3)
 
-    def _warn_if_batch_normalization(self) -> None:
-        training = [
-            layer.name
+    def _training_batch_normalization(self) -> list[keras.layers.Layer]:
+        return [
+            layer
             for layer in self._flatten_layers()
             if isinstance(layer, keras.layers.BatchNormalization) and layer.trainable
         ]
+
+    def _warn_if_batch_normalization(self) -> None:
+        training = [layer.name for layer in self._training_batch_normalization()]
         if training:
             self._warn_once(
                 "batchnorm",
@@ -404,6 +342,23 @@ class GradientAccumulationModel(keras.Model):
                 "so training is not exactly equivalent to the whole batch. Use "
                 "LayerNormalization/GroupNormalization, or freeze BatchNormalization "
                 "(layer.trainable = False), for exact accumulation.",
+            )
+
+    def _refuse_synchronized_batch_normalization(self) -> None:
+        if not tf.distribute.has_strategy():
+            return  # without a strategy the layer is the unsynchronized one
+        synchronized = [
+            layer.name
+            for layer in self._training_batch_normalization()
+            if getattr(layer, "synchronized", False)
+        ]
+        if synchronized:
+            raise ValueError(
+                f"GradientAccumulationModel: BatchNormalization(synchronized=True) layer "
+                f"{synchronized[0]!r} all-reduces its moments across replicas, which "
+                "tf.distribute does not allow inside the accumulation loop; use "
+                "synchronized=False (per-replica statistics of each micro-batch), "
+                "LayerNormalization/GroupNormalization, or freeze it (trainable=False)."
             )
 
     def _overrides(self, name: str) -> bool:
@@ -426,11 +381,14 @@ class GradientAccumulationModel(keras.Model):
         step.collecting = False  # an override may call super() only once per micro-batch
         step.super_called = True
         total = tf.zeros((), tf.float32)
-        step.per_output = []
+        step.per_output, step.per_output_weights, step.log_delta = [], [], 0.0
         for index, term in enumerate(adapter.compile_loss_terms(self, y, y_pred, sample_weight)):
-            share = self._term_share(step, index, term)
-            step.per_output.append(share)
-            total += share if term.loss_weight is None else share * float(term.loss_weight)
+            share, logged, metric_value, metric_weight = self._term_shares(step, index, term)
+            step.per_output.append(metric_value)
+            step.per_output_weights.append(metric_weight)
+            weight = 1.0 if term.loss_weight is None else float(term.loss_weight)
+            total += share * weight
+            step.log_delta += (logged - share) * weight
         user_reduction = self.add_loss_reduction
         for loss in adapter.added_losses(self):
             value = tf.cast(tf.reduce_sum(loss), tf.float32)
@@ -450,22 +408,39 @@ class GradientAccumulationModel(keras.Model):
         step.own_value = total
         return total
 
-    def _term_share(self, step: _Step, index: int, term: adapter.LossTerm) -> tf.Tensor:
+    def _term_shares(self, step: _Step, index: int, term: adapter.LossTerm):
+        """A micro-batch's share of one output's loss: to differentiate, to log, per output.
+
+        Returns ``(share, logged, metric_value, metric_weight)``; the ``<output>_loss``
+        metric is updated with the sum of ``metric_value`` and ``metric_weight``, as
+        plain Keras updates it (the static batch size, or per sample for ``None``).
+        """
         numerator = tf.cast(term.numerator, tf.float32)
-        if term.kind in (adapter.SUM, adapter.NONE):
-            return numerator
-        if term.kind == adapter.MEAN:
-            return numerator * step.share
-        if term.kind == adapter.COUNT:
+        if term.kind == adapter.NONE:
+            # Plain Keras differentiates the sum of the unreduced values and logs their
+            # mean (its loss tracker and per-output metrics average the vector).
+            elements = step.samples * tf.cast(term.per_sample, tf.float32)
+            mean = tf.math.divide_no_nan(numerator, elements)
+            if step.static_n is None:  # Mean over a vector: counts its rows
+                per_row = tf.math.divide_no_nan(numerator, step.samples)
+                return numerator, mean, per_row, _ROWS
+            return numerator, mean, mean, step.static_n
+        if term.kind == adapter.SUM:
+            share = numerator
+        elif term.kind == adapter.MEAN:
+            share = numerator * step.share
+        elif term.kind == adapter.COUNT:
             per_sample = tf.cast(term.per_sample, tf.float32)
-            return tf.math.divide_no_nan(numerator, step.samples * per_sample)
-        if index not in step.denominators:
+            share = tf.math.divide_no_nan(numerator, step.samples * per_sample)
+        elif index not in step.denominators:
             raise RuntimeError(
                 f"GradientAccumulationModel: output {index}'s loss needs a {term.kind} "
                 "denominator that was not seen in inference mode (a mask that appears only "
                 "in training?). Please report this model."
             )
-        return tf.math.divide_no_nan(numerator, step.denominators[index])
+        else:
+            share = tf.math.divide_no_nan(numerator, step.denominators[index])
+        return share, share, share, step.static_n
 
     def _objective(self, step: _Step, value: tf.Tensor) -> tf.Tensor:
         """The micro-batch's share of the whole batch's loss, from compute_loss's value."""
@@ -495,22 +470,44 @@ class GradientAccumulationModel(keras.Model):
             return self(x, training=training)
         return self(x)
 
+    def _static_schedule(self) -> bool:
+        """Whether the step is compiled by XLA (jit_compile, or a TPU), so needs static shapes."""
+        if self.jit_compile:
+            return True
+        strategy = tf.distribute.get_strategy()
+        return isinstance(
+            strategy, (tf.distribute.TPUStrategy, tf.distribute.experimental.TPUStrategy)
+        )
+
     def train_step(self, data):
-        k = self.gradient_accumulation_steps
-        if k == 1:
-            return super().train_step(data)
+        object.__setattr__(self, "_entered_train_step", True)
+        if not tf.executing_eagerly():
+            object.__setattr__(self, "_train_step_traces", self.train_step_trace_count + 1)
+        static = self._static_schedule()
+        object.__setattr__(self, "_traced_static_steps", self._steps_value if static else None)
+        if static and self._steps_value == 1:
+            return super().train_step(data)  # plain Keras, exactly
         x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
         trainable = self.trainable_weights
         if not trainable:
             return super().train_step(data)
-        self._warn_if_batch_normalization()
+        check_splittable(data, static)
+        self._refuse_synchronized_batch_normalization()
+        if self._steps_value > 1:
+            self._warn_if_batch_normalization()
         with adapter.recording_activity_losses(self) as activity_ids:
             try:
-                return self._accumulation_step(k, x, y, sample_weight, trainable, activity_ids)
+                return self._accumulation_step(x, y, sample_weight, trainable, activity_ids, static)
             finally:
                 self._step = None
 
-    def _accumulation_step(self, k, x, y, sample_weight, trainable, activity_ids):
+    def _steps_tensor(self) -> tf.Tensor:
+        variable = getattr(self, "_steps_variable", None)
+        if variable is None:  # train_step called outside fit
+            return tf.constant(self._steps_value, tf.int32)
+        return variable.read_value()
+
+    def _accumulation_step(self, x, y, sample_weight, trainable, activity_ids, static):
         replicas = tf.distribute.get_strategy().num_replicas_in_sync
         replica_ctx = tf.distribute.get_replica_context()
 
@@ -519,41 +516,25 @@ class GradientAccumulationModel(keras.Model):
                 return replica_ctx.all_reduce(tf.distribute.ReduceOp.SUM, value)
             return value
 
-        first_input = _first(x)
-        n = tf.shape(first_input)[0]
-        n_float = tf.cast(n, tf.float32)
-        static_n = first_input.shape[0]
-        if static_n is not None and static_n % k == 0:
-            # Static shapes (e.g. drop_remainder=True on TPU): k micro-batches of n/k rows.
-            count, static_size = k, static_n // k
+        n = micro_batches.rows(x)
+        structures = [x, y, sample_weight]
+        if static:
+            schedule = micro_batches.StaticSchedule(structures, n, self._steps_value)
         else:
-            count, static_size = tf.maximum(tf.minimum(n, k), 1), None
-
-        def bounds(j):
-            """Start and size of micro-batch j: sizes differ by at most one sample."""
-            if static_size is not None:
-                return j * static_size, static_size
-            start = (j * n) // count
-            return start, ((j + 1) * n) // count - start
-
-        def micro_batch(j):
-            start, size = bounds(j)
-            return (
-                _slice(x, start, size),
-                _slice(y, start, size),
-                _slice(sample_weight, start, size),
-                size,
-            )
-
-        step = _Step(all_sum(n_float), self._global_denominators(micro_batch, count, all_sum))
+            schedule = micro_batches.DynamicSchedule(structures, n, self._steps_tensor())
+        step = _Step(all_sum(tf.cast(n, tf.float32)), self._global_denominators(schedule, all_sum))
+        step.static_n = getattr(micro_batches.first_leaf(x), "shape", [None])[0]
         step.activity_ids = activity_ids
         self._step = step
-        metrics_overridden = self._overrides("compute_metrics")
+        # Metrics are updated once per step with the whole batch's predictions (any metric
+        # then equals plain Keras's); they are kept only where a metric needs them.
+        keep_predictions = adapter.has_compiled_metrics(self) or self._overrides("compute_metrics")
 
-        def micro_step(j):
-            xj, yj, swj, size = micro_batch(j)
+        def micro_step(cut, start, size):
+            xj, yj, swj = cut
             step.share = tf.math.divide_no_nan(tf.cast(size, tf.float32), step.samples)
-            step.super_called, step.own_value, step.per_output = False, None, []
+            step.super_called, step.own_value = False, None
+            step.per_output, step.per_output_weights, step.log_delta = [], [], 0.0
             with tf.GradientTape() as tape:
                 y_pred = self._forward(xj)
                 step.collecting = True
@@ -565,37 +546,46 @@ class GradientAccumulationModel(keras.Model):
                 scaled = self.optimizer.scale_loss(objective)
             grads = tape.gradient(scaled, trainable)
             per_output = tf.stack(step.per_output) if step.per_output else tf.zeros([0], tf.float32)
-            logs = self.compute_metrics(xj, yj, y_pred, sample_weight=swj)
-            return grads, objective, per_output, (logs if metrics_overridden else {})
+            return grads, objective + step.log_delta, per_output, y_pred
 
         # First micro-batch outside the loop: it fixes which gradients exist (None ones
         # stay None, as in plain Keras) and seeds the accumulators.
-        grads0, loss0, outputs0, logs0 = micro_step(tf.constant(0))
+        cut0, start0, size0 = schedule.first()
+        grads0, loss0, outputs0, pred0 = micro_step(cut0, start0, size0)
+        metric_weights = list(step.per_output_weights)
         uses_super = step.super_called or not self._overrides("compute_loss")
         present = [i for i, g in enumerate(grads0) if g is not None]
-        first_size = bounds(0)[1]
-        accumulators = [self._accumulator(grads0[i], count, first_size) for i in present]
+        accumulators = [
+            make_accumulator(grads0[i], schedule.count, schedule.first_size, static)
+            for i in present
+        ]
         acc0 = [
-            a.start(grads0[i], tf.shape(grads0[i].indices)[0] if _sparse(grads0[i]) else None)
+            a.start(grads0[i], tf.shape(grads0[i].indices)[0] if is_sparse(grads0[i]) else None)
             for a, i in zip(accumulators, present)
         ]
+        kept = _Predictions(pred0, n) if keep_predictions else None
+        kept0 = kept.write(kept.initial(), pred0, start0, size0) if kept else []
+        carry = (acc0, loss0, outputs0, kept0)
 
-        def body(j, acc, loss_sum, outputs_sum, logs):
-            grads, loss, outputs, new_logs = micro_step(j)
-            acc = [a.add(s, j, grads[i]) for a, s, i in zip(accumulators, acc, present)]
-            return j + 1, acc, loss_sum + loss, outputs_sum + outputs, new_logs
+        for segment in schedule.segments():
 
-        # The loop may only start once the first micro-batch's backward pass is done;
-        # otherwise the executor can run the loop's first forward pass alongside it and
-        # hold two micro-batches of activations at once.
-        with tf.control_dependencies([g for g in tree.flatten(acc0) if tf.is_tensor(g)]):
-            first_j = tf.identity(tf.constant(1))
-        _, acc, loss_sum, outputs_sum, logs = tf.while_loop(
-            lambda j, *_: j < count,
-            body,
-            (first_j, acc0, loss0, outputs0, logs0),
-            parallel_iterations=1,
-        )
+            def body(j, acc, loss_sum, outputs_sum, kept_state, segment=segment):
+                cut, start, size = segment.fetch(j)
+                grads, loss, outputs, pred = micro_step(cut, start, size)
+                acc = [a.add(s, j, grads[i]) for a, s, i in zip(accumulators, acc, present)]
+                if kept:
+                    kept_state = kept.write(kept_state, pred, start, size)
+                return j + 1, acc, loss_sum + loss, outputs_sum + outputs, kept_state
+
+            # A loop may only start once the work before it is done; otherwise the
+            # executor can run its first forward pass alongside the previous backward
+            # pass and hold two micro-batches of activations at once.
+            with tf.control_dependencies([t for t in tree.flatten(carry) if tf.is_tensor(t)]):
+                lo = tf.identity(segment.lo)
+            _, *carry = tf.while_loop(
+                lambda j, *_, hi=segment.hi: j < hi, body, (lo, *carry), parallel_iterations=1
+            )
+        acc, loss_sum, outputs_sum, kept_state = carry
         gradients: list[Any] = [None] * len(trainable)
         for a, s, i in zip(accumulators, acc, present):
             gradients[i] = a.result(s, grads0[i])
@@ -612,38 +602,33 @@ class GradientAccumulationModel(keras.Model):
                 reg_scaled = self.optimizer.scale_loss(reg / float(replicas))
             for i, g in enumerate(tape.gradient(reg_scaled, trainable)):
                 if g is not None:
-                    g = _to_float32(g)
+                    g = to_float32(g)
                     gradients[i] = (
                         g if gradients[i] is None else tf.convert_to_tensor(gradients[i]) + g
                     )
             batch_loss += reg
-        gradients = [None if g is None else _cast(g, v.dtype) for g, v in zip(gradients, trainable)]
+        gradients = [
+            None if g is None else cast_like(g, v.dtype) for g, v in zip(gradients, trainable)
+        ]
         self.optimizer.apply_gradients(zip(gradients, trainable))
 
         # Every replica reports the exact whole-batch loss, weighted by its sample count
-        # so that the cross-replica mean is that loss again; likewise each output's loss,
-        # weighted as Keras weights it (the static batch size, if any).
+        # so that the cross-replica mean is that loss again (as plain Keras weights it);
+        # likewise each output's loss, weighted as Keras weights it.
         adapter.loss_tracker(self).update_state(batch_loss, sample_weight=n)
         per_output = all_sum(outputs_sum)
         output_metrics = adapter.per_output_loss_metrics(self)
         if len(output_metrics) == outputs0.shape[0]:  # else compute_loss skipped super()
             for index, metric in enumerate(output_metrics):
-                metric.update_state(per_output[index], sample_weight=static_n)
-        results = self.get_metrics_result()
-        if metrics_overridden:
-            # What the override returned for the last micro-batch, with every tracked
-            # metric's final value (the loss is only known after the loop).
-            return {**logs, **{key: results[key] for key in logs if key in results}}
-        return results
+                weight = metric_weights[index]
+                metric.update_state(
+                    per_output[index], sample_weight=n if weight is _ROWS else weight
+                )
+        if kept:
+            return self.compute_metrics(x, y, kept.result(kept_state), sample_weight=sample_weight)
+        return self.get_metrics_result()
 
-    def _accumulator(self, gradient: Any, count: tf.Tensor, first_size: Any):
-        if not _sparse(gradient):
-            return _DenseAccumulator()
-        if self.jit_compile:
-            return _SparseBufferAccumulator(count, first_size)
-        return _SparseAccumulator()
-
-    def _global_denominators(self, micro_batch, count, all_sum) -> dict[int, tf.Tensor]:
+    def _global_denominators(self, schedule, all_sum) -> dict[int, tf.Tensor]:
         """Denominators of masked and sample-weight-averaged losses over the whole batch.
 
         They must be known before the first backward pass. Which outputs need one is found
@@ -651,7 +636,7 @@ class GradientAccumulationModel(keras.Model):
         forward-only pass over the micro-batches (no dropout, no state updates), of which
         TensorFlow keeps only what the masks and weights depend on.
         """
-        xj, yj, swj, _ = micro_batch(tf.constant(0))
+        (xj, yj, swj), _, _ = schedule.first()
         probe = adapter.compile_loss_terms(self, yj, self._forward(xj, training=False), swj)
         deferred = [
             (i, t.kind) for i, t in enumerate(probe) if t.kind in (adapter.MASKED, adapter.WEIGHTS)
@@ -659,19 +644,20 @@ class GradientAccumulationModel(keras.Model):
         if not deferred:
             return {}
 
-        def body(j, sums):
-            xj, yj, swj, _ = micro_batch(j)
-            terms = adapter.compile_loss_terms(self, yj, self._forward(xj, training=False), swj)
-            return j + 1, sums + tf.stack(
-                [tf.cast(terms[i].denominator, tf.float32) for i, _ in deferred]
-            )
+        def denominators(terms):
+            return tf.stack([tf.cast(terms[i].denominator, tf.float32) for i, _ in deferred])
 
-        _, sums = tf.while_loop(
-            lambda j, _: j < count,
-            body,
-            (tf.constant(0), tf.zeros([len(deferred)], tf.float32)),
-            parallel_iterations=1,
-        )
+        sums = denominators(probe)
+        for segment in schedule.segments():
+
+            def body(j, sums, segment=segment):
+                (xj, yj, swj), _, _ = segment.fetch(j)
+                terms = adapter.compile_loss_terms(self, yj, self._forward(xj, training=False), swj)
+                return j + 1, sums + denominators(terms)
+
+            _, sums = tf.while_loop(
+                lambda j, _, hi=segment.hi: j < hi, body, (segment.lo, sums), parallel_iterations=1
+            )
         sums = all_sum(sums)
         # Keras divides a masked mean by (valid count + epsilon).
         epsilon = keras.config.epsilon()
@@ -681,8 +667,84 @@ class GradientAccumulationModel(keras.Model):
         }
 
 
-def _sparse(gradient: Any) -> bool:
-    return isinstance(gradient, tf.IndexedSlices)
+# A per-output metric weighted by the batch's rows (see ``_term_shares``).
+_ROWS = object()
+
+
+class _Predictions:
+    """The whole batch's predictions (and their Keras masks), written micro-batch by
+    micro-batch into buffers of the batch's rows, for one metrics update per step."""
+
+    def __init__(self, example: Any, n: tf.Tensor):
+        self.structure = example
+        self.n = n
+        self.leaves = tree.flatten(example)
+        for leaf in self.leaves:
+            if not isinstance(leaf, tf.Tensor):
+                raise ValueError(
+                    "GradientAccumulationModel: the model's outputs must be dense tensors to "
+                    f"update metrics once per step (got {type(leaf).__name__}); compile "
+                    "without metrics, or return dense outputs."
+                )
+        self.masks = [adapter.keras_mask(leaf) is not None for leaf in self.leaves]
+
+    def _parts(self, pred: Any) -> list[tf.Tensor]:
+        parts = []
+        for leaf, masked in zip(tree.flatten(pred), self.masks):
+            parts.append(tf.stop_gradient(leaf))
+            if masked:
+                parts.append(adapter.keras_mask(leaf))
+        return parts
+
+    def initial(self) -> list[tf.Tensor]:
+        shapes = self._parts(self.structure)
+        return [tf.zeros(tf.concat([[self.n], tf.shape(p)[1:]], 0), p.dtype) for p in shapes]
+
+    def write(self, state: list[tf.Tensor], pred: Any, start: Any, size: Any) -> list[tf.Tensor]:
+        where = tf.expand_dims(start + tf.range(size), 1)
+        return [
+            tf.tensor_scatter_nd_update(buffer, where, part)
+            for buffer, part in zip(state, self._parts(pred))
+        ]
+
+    def result(self, state: list[tf.Tensor]) -> Any:
+        leaves, position = [], 0
+        for masked in self.masks:
+            leaf = state[position]
+            position += 1
+            if masked:
+                adapter.set_keras_mask(leaf, state[position])
+                position += 1
+            leaves.append(leaf)
+        return tree.pack_sequence_as(self.structure, leaves)
+
+
+def _bypass_error(cls_name: str, k: int) -> ValueError:
+    return ValueError(
+        f"GradientAccumulationModel: {cls_name}.train_step does not call "
+        "super().train_step(data), so gradient_accumulation_steps="
+        f"{k} would be silently ignored (every forward pass would see the whole batch); "
+        "override compute_loss or compute_metrics instead (the accumulation calls them), "
+        "or call super().train_step(data)."
+    )
+
+
+def _checked_train_step(own):
+    """Wraps a subclass's ``train_step`` to refuse one that bypasses the accumulation."""
+
+    @functools.wraps(own)
+    def train_step(self, data):
+        object.__setattr__(self, "_entered_train_step", False)
+        result = own(self, data)
+        if not self._entered_train_step:
+            name = type(self).__name__
+            if self.gradient_accumulation_steps > 1:
+                raise _bypass_error(name, self.gradient_accumulation_steps)
+            object.__setattr__(self, "_bypassed_by", name)  # refuse a later k > 1
+        return result
+
+    train_step._tfx_accum_checked = True
+    return train_step
 
 
 def _register_like(variant: type, cls: type) -> None:

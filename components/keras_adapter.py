@@ -52,6 +52,9 @@ __all__ = [
     "keras_mask",
     "loss_tracker",
     "per_output_loss_metrics",
+    "has_compiled_metrics",
+    "self_check",
+    "set_keras_mask",
     "split_loss",
 ]
 
@@ -59,6 +62,16 @@ __all__ = [
 def keras_mask(tensor: Any) -> Any:
     """The Keras mask a layer attached to ``tensor`` (``None`` if it has none)."""
     return _backend.get_keras_mask(tensor)
+
+
+def set_keras_mask(tensor: Any, mask: Any) -> None:
+    """Attaches a Keras mask to ``tensor`` (as layers do), for metrics that read it."""
+    _backend.set_keras_mask(tensor, mask)
+
+
+def has_compiled_metrics(model: Any) -> bool:
+    """Whether ``compile(metrics=..., weighted_metrics=...)`` gave the model metrics."""
+    return model._compile_metrics is not None
 
 
 def call_has_training_arg(model: Any) -> bool:
@@ -176,9 +189,7 @@ def split_loss(loss: Any, y_true: Any, y_pred: Any, sample_weight: Any = None) -
             mask = in_mask if in_mask is not None else out_mask
         reduction = _loss_lib.standardize_reduction(loss.reduction)
         values = ops.convert_to_tensor(values, dtype=loss.dtype)
-        if reduction in (None, "none"):
-            return LossTerm(NONE, ops.sum(values))
-        if tuple(values.shape) == ():
+        if tuple(values.shape) == () and reduction not in (None, "none"):
             # reduce_values leaves a scalar as it is: the loss's own mean over its batch.
             return LossTerm(MEAN, values)
         if sample_weight is not None:
@@ -186,24 +197,32 @@ def split_loss(loss: Any, y_true: Any, y_pred: Any, sample_weight: Any = None) -
         if mask is not None:
             mask = ops.cast(ops.convert_to_tensor(mask), values.dtype)
         # The merge Keras does, without the total/valid rescaling of the masked mean
-        # (the denominator below takes that role).
+        # (the denominator below takes that role; reduction=None does not rescale).
         weights = _loss_lib.apply_mask(sample_weight, mask, dtype=values.dtype, reduction="sum")
         if weights is not None:
             weights = ops.cast(weights, values.dtype)
             values, weights = _loss_lib.squeeze_or_expand_to_same_rank(values, weights)
             values = values * weights
         numerator = ops.sum(values)
+        if reduction in (None, "none"):
+            # Unreduced (weighted) values: the gradient is of their sum; ``per_sample``
+            # turns the sum into the mean that Keras's loss tracker logs.
+            return LossTerm(NONE, numerator, per_sample=_elements_per_sample(values))
         if reduction == "sum":
             return LossTerm(SUM, numerator)
         if reduction == "mean_with_sample_weight" and weights is not None:
             return LossTerm(WEIGHTS, numerator, ops.sum(weights))
         if mask is not None:
             return LossTerm(MASKED, numerator, ops.sum(mask))
-        shape = ops.shape(values)
-        per_sample = 1
-        for size in shape[1:]:
-            per_sample = per_sample * size
-        return LossTerm(COUNT, numerator, per_sample=per_sample)
+        return LossTerm(COUNT, numerator, per_sample=_elements_per_sample(values))
+
+
+def _elements_per_sample(values: Any) -> Any:
+    shape = ops.shape(values)
+    per_sample = 1
+    for size in shape[1:]:
+        per_sample = per_sample * size
+    return per_sample
 
 
 def compile_loss_terms(model: Any, y: Any, y_pred: Any, sample_weight: Any) -> list[LossTerm]:
@@ -231,13 +250,19 @@ def compile_loss_terms(model: Any, y: Any, y_pred: Any, sample_weight: Any) -> l
     if not compile_loss.built:
         with _hidden_metrics(compile_loss, 1):
             compile_loss(y, y_pred, sample_weight)  # builds _flat_losses; value unused
-    flat = compile_loss._flat_losses
+    flat = getattr(compile_loss, "_flat_losses", None)
+    if flat is None or not hasattr(compile_loss, "_metrics"):
+        raise _unsupported("has no CompileLoss._flat_losses/_metrics")
     with _hidden_metrics(compile_loss, len(flat)):
         compile_loss._flat_losses = [e._replace(loss=recorder(e)) for e in flat]
         try:
             compile_loss(y, y_pred, sample_weight)
         finally:
             compile_loss._flat_losses = flat
+    if len(terms) != len(flat):
+        raise _unsupported(
+            f"called {len(terms)} of the {len(flat)} compiled losses (CompileLoss changed)"
+        )
     return terms
 
 
@@ -302,3 +327,135 @@ def functional_variant(cls: type) -> type:
         )
         _VARIANTS[cls] = variant
     return variant
+
+
+# ------------------------------------------------------------------ self-check
+
+_SELF_CHECKED = False
+
+
+def _tested_range() -> str:
+    """The Keras range this package declares (pyproject.toml), e.g. ``>=3.8,<3.13``."""
+    try:
+        from importlib.metadata import requires
+
+        for requirement in requires("tfx-accum") or []:
+            name = requirement.split(";")[0].strip()
+            if name.startswith("keras") and not name.startswith("keras-"):
+                return ",".join(sorted(name[len("keras") :].split(","), reverse=True))
+    except Exception:  # noqa: BLE001 - a missing distribution only changes the message
+        pass
+    return " in the range pyproject.toml names"
+
+
+def _unsupported(problem: str) -> RuntimeError:
+    import keras
+
+    wanted = _tested_range()
+    return RuntimeError(
+        f"tfx-accum: Keras {keras.__version__} {problem}, so gradient accumulation would "
+        f"not be exact; install a Keras the tests prove (pip install 'keras{wanted}')."
+    )
+
+
+def _whole_batch_value(terms: list[LossTerm], samples: int) -> float:
+    """The whole batch's loss from its micro-batches' terms, as the accumulation forms it."""
+    import numpy as np
+
+    kind = terms[0].kind
+    numerator = float(sum(np.asarray(t.numerator, "float64") for t in terms))
+    if kind in (SUM, NONE):
+        return numerator
+    if kind == COUNT:
+        return numerator / (samples * float(np.asarray(terms[0].per_sample)))
+    denominator = float(sum(np.asarray(t.denominator, "float64") for t in terms))
+    if kind == MASKED:
+        from keras import config
+
+        denominator += config.epsilon()
+    return numerator / denominator
+
+
+def self_check() -> None:
+    """Checks, once per process, that this Keras reduces losses as ``split_loss`` assumes.
+
+    Every loss kind (per reduction, with sample weights and with a mask) is split over two
+    uneven micro-batches and recombined; the result must equal Keras's own loss on the
+    whole batch. A Keras whose internals changed fails here, loudly, instead of training
+    inexactly. Raises ``RuntimeError`` naming the Keras version and the tested range.
+    """
+    global _SELF_CHECKED
+    if _SELF_CHECKED:
+        return
+    import numpy as np
+    from keras import losses
+
+    for helper in ("apply_mask", "squeeze_or_expand_to_same_rank", "standardize_reduction"):
+        if not hasattr(_loss_lib, helper):
+            raise _unsupported(f"has no keras.src.losses.loss.{helper}")
+    rng = np.random.default_rng(0)
+    n = 7
+    y = rng.normal(size=(n, 3)).astype("float32")
+    pred = rng.normal(size=(n, 3)).astype("float32")
+    weights = rng.uniform(0.1, 2.0, n).astype("float32")
+    labels = rng.integers(0, 5, (n, 4))
+    logits = rng.normal(size=(n, 4, 5)).astype("float32")
+    mask = rng.uniform(size=(n, 4)) < 0.6
+    step_weights = rng.uniform(0.1, 2.0, (n, 4)).astype("float32")
+    cases = []
+    for reduction, kind in (
+        ("sum_over_batch_size", COUNT),
+        ("sum", SUM),
+        ("mean_with_sample_weight", WEIGHTS),
+        (None, NONE),
+    ):
+        for sw in (weights, None):
+            expected = COUNT if kind == WEIGHTS and sw is None else kind
+            cases.append(
+                (losses.MeanSquaredError(reduction=reduction), y, pred, sw, None, expected)
+            )
+        cases.append(
+            (
+                losses.SparseCategoricalCrossentropy(from_logits=True, reduction=reduction),
+                labels,
+                logits,
+                step_weights,
+                mask,
+                MASKED if kind == COUNT else kind,
+            )
+        )
+    for loss, y_true, y_pred, sw, valid, kind in cases:
+
+        def part(lo, hi, loss=loss, y_true=y_true, y_pred=y_pred, sw=sw, valid=valid):
+            p = ops.convert_to_tensor(y_pred[lo:hi])
+            if valid is not None:
+                _backend.set_keras_mask(p, ops.convert_to_tensor(valid[lo:hi]))
+            return split_loss(loss, y_true[lo:hi], p, None if sw is None else sw[lo:hi])
+
+        whole_pred = ops.convert_to_tensor(y_pred)
+        if valid is not None:
+            _backend.set_keras_mask(whole_pred, ops.convert_to_tensor(valid))
+        keras_value = float(np.sum(np.asarray(loss(y_true, whole_pred, sw), "float64")))
+        terms = [part(0, 2), part(2, n)]
+        if any(t.kind != kind for t in terms):
+            raise _unsupported(
+                f"reduces {loss.name} (reduction={loss.reduction!r}) as "
+                f"{terms[0].kind!r}, not {kind!r}"
+            )
+        ours = _whole_batch_value(terms, n)
+        if not np.isclose(ours, keras_value, rtol=1e-5, atol=1e-6):
+            raise _unsupported(
+                f"computes {loss.name} (reduction={loss.reduction!r}, sample weights "
+                f"{sw is not None}, mask {valid is not None}) as {keras_value!r}, where its "
+                f"split over micro-batches gives {ours!r}"
+            )
+    _SELF_CHECKED = True
+
+
+def check_compiled(model: Any) -> None:
+    """Checks that a compiled model has the trainer attributes the accumulation reads."""
+    for attribute in ("_compile_loss", "_compile_metrics", "_loss_tracker", "_compute_loss"):
+        if not hasattr(model, attribute):
+            raise _unsupported(f"has no Trainer.{attribute}")
+    if not hasattr(model, "_call_has_training_arg"):
+        raise _unsupported("has no Layer._call_has_training_arg")

@@ -79,6 +79,28 @@ def two_output_data():
     return tf.data.Dataset.from_tensor_slices((x, y)).batch(32)
 
 
+def synchronized_batch_normalization() -> dict:
+    """BatchNormalization(synchronized=True) under the strategy: refused in one line."""
+    with STRATEGY.scope():
+        inputs = keras.Input((8,))
+        hidden = keras.layers.BatchNormalization(synchronized=True, name="sync_bn")(
+            keras.layers.Dense(4)(inputs)
+        )
+        model = GradientAccumulationModel(
+            inputs,
+            keras.layers.Dense(3, activation="softmax")(hidden),
+            gradient_accumulation_steps=2,
+        )
+        model.compile(optimizer="sgd", loss="sparse_categorical_crossentropy")
+    before = model.get_weights()
+    try:
+        model.fit(dense_data(64)(), epochs=1, verbose=0)
+        error = None
+    except ValueError as exc:
+        error = str(exc)
+    return {"error": error, "unchanged": max_abs_diff(before, model.get_weights()) == 0.0}
+
+
 results = {
     # 100 = 3 x 32 + 4: the last batch gives each replica 2 samples.
     "sgd_uneven": run(
@@ -115,4 +137,5 @@ results = {
         lambda: keras.optimizers.Adam(0.01),
     ),
 }
+results["synchronized_batch_normalization"] = synchronized_batch_normalization()
 print(json.dumps(results))

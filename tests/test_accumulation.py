@@ -338,6 +338,10 @@ def test_mirrored_strategy_two_replicas_is_exact():
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = json.loads(proc.stdout.strip().splitlines()[-1])
+    refused = results.pop("synchronized_batch_normalization")
+    assert refused["error"] is not None and "\n" not in refused["error"], refused
+    assert "synchronized=True" in refused["error"] and "'sync_bn'" in refused["error"], refused
+    assert "LayerNormalization" in refused["error"] and refused["unchanged"], refused
     for name, result in results.items():
         assert result["replicas"] == 2, name
         assert result["iterations"][0] == result["iterations"][1], (name, result)
