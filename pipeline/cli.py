@@ -607,6 +607,7 @@ def _run(args: argparse.Namespace) -> int:
     start = time.monotonic()
     # Bad settings, output directory or data: exit 2 before anything is written.
     settings_ = pipeline_settings(args)
+    _check_model_name(args.model)
     requested = model_settings_from_args(args, args.model or settings.DEFAULT_MODEL)
     output_dir = Path(args.output_dir).resolve()
     # Your data is checked before anything is written (the output directory included);

@@ -215,6 +215,29 @@ def _ranges(values: tuple[int, ...]) -> str:
     return shown + (", ..." if len(values) > 6 else "")
 
 
+def _check_num_classes(summary: DataSummary, settings) -> None:
+    """``--num-classes`` against the labels, naming where the first one outside it is."""
+    count, key = settings.num_classes, settings.label_key
+    if count is None:
+        return
+    if summary.label_dtype == "string":
+        names = sorted(v for v, _, _ in summary.label_values)
+        if len(names) != count:
+            raise DataError(
+                f"--num-classes {count}, but the labels have {len(names)} distinct values "
+                f"({', '.join(names[:6])}{', ...' if len(names) > 6 else ''}); leave "
+                "--num-classes out."
+            )
+        return
+    for value, _, where in summary.label_values:
+        number = float(value)
+        if number == int(number) and number >= count:
+            raise DataError(
+                f"{where}, column {key!r}: label {int(number)} is outside 0..{count - 1} "
+                f"(--num-classes {count}); fix the label or raise --num-classes."
+            )
+
+
 def decide_label(summary: DataSummary, settings) -> DataSummary:
     """``summary`` with the task and classes decided (components/tasks.py's rule), and the
     columns checked against ``settings`` (``ModelSettings``); a ``DataError`` otherwise.
@@ -243,11 +266,6 @@ def decide_label(summary: DataSummary, settings) -> DataSummary:
             raise DataError(f"--categorical {name!r} is not a feature of the data.")
         if kinds[name] not in (NUMERIC, CATEGORICAL):
             raise DataError(f"--categorical {name!r}: only integer columns can be categories.")
-    if summary.rows < MIN_EXAMPLES:
-        raise DataError(
-            f"The data has {summary.rows} rows: too few to train, validate and evaluate a "
-            f"model (at least {MIN_EXAMPLES}; ExampleGen keeps a third for evaluation)."
-        )
     values = summary.label_values
     if summary.label_dtype == "string":
         vocabulary = tuple(sorted(v for v, _, _ in values))
@@ -261,10 +279,16 @@ def decide_label(summary: DataSummary, settings) -> DataSummary:
             distinct=len(numbers),
             integral=all(n == int(n) for n in numbers),
         )
+    _check_num_classes(summary, settings)
     try:
         inference = infer_task(facts, settings.task, settings.num_classes)
     except ValueError as error:
         raise DataError(f"label {settings.label_key!r}: {error}") from None
+    if summary.rows < MIN_EXAMPLES:
+        raise DataError(
+            f"The data has {summary.rows} rows: too few to train, validate and evaluate a "
+            f"model (at least {MIN_EXAMPLES}; ExampleGen keeps a third for evaluation)."
+        )
     if inference.num_classes is None:
         return dataclasses.replace(
             summary,
