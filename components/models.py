@@ -25,6 +25,7 @@ import numpy as np
 from tfx_accum.components.accumulation import GradientAccumulationModel
 from tfx_accum.components.custom_model import as_accumulation_model, call_model_function
 from tfx_accum.components.features import CATEGORICAL, IMAGE, NUMERIC, STRING, DataDescription
+from tfx_accum.components.model_rules import check_model_suits
 from tfx_accum.components.settings import MODEL_NAMES, image_side, is_model_function
 from tfx_accum.components.task_compile import compile_arguments
 from tfx_accum.components.tasks import PREDICTION_KEYS
@@ -105,35 +106,21 @@ def build_model(
         model = call_model_function(model_name, data, hp)
         return as_accumulation_model(model, accumulation_steps, learning_rate, data.task)
     assert model_name in MODEL_NAMES, model_name
+    check_model_suits(model_name, {f.name: f.kind for f in data.features})
     inputs = model_inputs(data)
     images = data.kind(IMAGE)
     if model_name == "mlp":
-        if images:
-            raise ValueError(
-                f"Model 'mlp' takes numeric and string features; {images[0].name!r} is an "
-                "image. Use --model cnn or densenet121."
-            )
         x = tabular_vector(data, inputs)
         x = keras.layers.Dense(128, activation="relu")(x)
         x = keras.layers.Dense(64, activation="relu")(x)
     else:
         trunk = _conv_trunk if model_name == "cnn" else _densenet_trunk
-        if len(images) > 1:
-            raise ValueError(
-                f"Model {model_name!r} reads one image feature; the data has {len(images)} "
-                f"({', '.join(f.name for f in images)}). Write a model function for several."
-            )
         if images:  # an image feature, and any tabular ones beside it in the head
             x = trunk(inputs[images[0].input_name])
             tabular = tabular_vector(data, inputs)
             if tabular is not None:
                 x = keras.layers.Concatenate()([x, tabular])
         else:  # a square grid of numeric pixel columns (the 8x8 digits CSV)
-            if data.kind(STRING) or data.kind(CATEGORICAL):
-                raise ValueError(
-                    f"Model {model_name!r} reads the numeric columns as a square image; the "
-                    f"data has string columns. Use --model mlp."
-                )
             side = image_side(len(data.features), model_name)
             x = tabular_vector(data, inputs)
             x = trunk(keras.layers.Reshape((side, side, 1))(x))

@@ -531,7 +531,12 @@ def _model_for(args: argparse.Namespace, summary, requested) -> str:
     features it leaves out are named.
     """
     from tfx_accum.components.columns import select_features
-    from tfx_accum.pipeline.data import IMAGE, STRING
+    from tfx_accum.components.feature_kinds import CATEGORICAL
+    from tfx_accum.components.model_rules import (
+        ModelChoiceError,
+        check_model_suits,
+        default_model,
+    )
 
     model = args.model
     _check_model_name(model)
@@ -539,11 +544,12 @@ def _model_for(args: argparse.Namespace, summary, requested) -> str:
     chosen = select_features(
         list(all_kinds), requested.label_key, requested.features, requested.exclude_features
     )
-    kinds = {name: all_kinds[name] for name in chosen}
-    has_image = IMAGE in kinds.values()
+    kinds = {
+        name: CATEGORICAL if name in requested.categorical_features else all_kinds[name]
+        for name in chosen
+    }
     if model is None:
-        embedded_grid = args.data_root is None and not has_image
-        model = "cnn" if has_image or embedded_grid else settings.DEFAULT_MODEL
+        model = default_model(kinds, embedded_grid=args.data_root is None)
     if settings.is_model_function(model):
         # TensorFlow's start-up lines are not the run's: the console stays clean.
         with console.capture(os.devnull, verbose=args.verbose):
@@ -572,28 +578,10 @@ def _model_for(args: argparse.Namespace, summary, requested) -> str:
                 f"{len(description.features)} features; not used (not read, not served): {shown}"
             )
         return model
-    images = [name for name, kind in kinds.items() if kind == IMAGE]
-    if model == "mlp" and images:
-        raise InputError(
-            f"Model 'mlp' takes numeric and string features; {images[0]!r} is an image. "
-            "Use --model cnn or densenet121."
-        )
-    if model in settings.IMAGE_MODELS and len(images) > 1:
-        raise InputError(
-            f"Model {model!r} reads one image feature; the data has {len(images)} "
-            f"({', '.join(images)}). Write a model function (--model package.module:function)."
-        )
-    if model in settings.IMAGE_MODELS and not images:
-        strings = [name for name, kind in kinds.items() if kind == STRING]
-        if strings:
-            raise InputError(
-                f"Model {model!r} reads the numeric columns as a square image, but "
-                f"{strings[0]!r} is a text column. Use --model mlp."
-            )
-        try:
-            settings.image_side(len(kinds), model)
-        except ValueError as error:
-            raise InputError(str(error)) from None
+    try:
+        check_model_suits(model, kinds)
+    except ModelChoiceError as error:
+        raise InputError(str(error)) from None
     return model
 
 
