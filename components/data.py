@@ -131,18 +131,60 @@ def batched(
     return dataset.batch(batch_size, drop_remainder=drop_remainder).prefetch(tf.data.AUTOTUNE)
 
 
+# Two keys of TensorFlow's keyed hash (SipHash), fixed so that a fingerprint is stable.
+_FINGERPRINT_KEYS = ((0x7466782D, 0x61636375), (0x6D2D6578, 0x616D706C))
+_HASH_BUCKETS = 2**31 - 1  # sums of up to 2**32 records fit an int64
+
+
+def examples_fingerprint(file_patterns: list[str]) -> str:
+    """A digest of the records in ``file_patterns``: the same for the same examples however
+    ExampleGen sharded, named or ordered them (a count and two sums of keyed hashes).
+
+    A Kubeflow run's ExampleGen writes new files under a new path every run, also for
+    unchanged data; this is what stays the same.
+    """
+    files = _files(file_patterns)
+    if not files:
+        return "empty"
+
+    def hashes(records):
+        return tuple(
+            tf.reduce_sum(tf.strings.to_hash_bucket_strong(records, _HASH_BUCKETS, list(key)))
+            for key in _FINGERPRINT_KEYS
+        )
+
+    totals = (
+        _records(files)
+        .batch(_READ_BATCH)
+        .map(lambda r: (tf.size(r, out_type=tf.int64), *hashes(r)))
+        .reduce(
+            (np.int64(0),) * (1 + len(_FINGERPRINT_KEYS)),
+            lambda total, batch: tuple(t + b for t, b in zip(total, batch)),
+        )
+    )
+    return "-".join(f"{int(value):x}" for value in totals)
+
+
+def _file_digest(path: str) -> str:
+    with tf.io.gfile.GFile(path, "rb") as handle:
+        return hashlib.sha256(handle.read()).hexdigest()
+
+
 def location_for_inputs(root: str, prefix: str, fn_args, **inputs: Any) -> str:
     """``<root>/<prefix>-<hash>``: one folder per set of inputs, stable across executions.
 
     TFX gives every execution a new working directory; state that a retry or rerun of the
     same inputs must find again (the Trainer's backup, the Tuner's search) lives here,
-    keyed by the examples, the schema and ``inputs`` (JSON-serialisable settings).
+    keyed by the *content* of the examples (:func:`examples_fingerprint`) and of the schema,
+    and by ``inputs`` (JSON-serialisable settings). Not by their paths: on Kubeflow every
+    run's ExampleGen writes the same examples to a new path, and a rerun on unchanged data
+    must find the finished search.
     """
     key = json.dumps(
         {
-            "train": sorted(fn_args.train_files),
-            "eval": sorted(fn_args.eval_files),
-            "schema": fn_args.schema_path,
+            "train": examples_fingerprint(fn_args.train_files),
+            "eval": examples_fingerprint(fn_args.eval_files),
+            "schema": _file_digest(fn_args.schema_path),
             **inputs,
         },
         sort_keys=True,

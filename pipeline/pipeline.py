@@ -6,7 +6,12 @@ ExampleGen is CsvExampleGen for CSV files, or ImportExampleGen for TFRecord file
 The Tuner and Trainer code is referenced by dotted path (``tuner_fn=``, ``run_fn=``), not
 ``module_file``, so it ships inside the installed package (and the container image) and a
 Kubeflow compile needs no upload. There is no Resolver node (self-hosted Kubeflow
-Pipelines cannot run one): the Evaluator gates on an absolute accuracy threshold.
+Pipelines cannot run one): the Evaluator gates on an absolute threshold
+(:mod:`tfx_accum.pipeline.blessing`).
+
+The data root, the number of trials, the tuning epochs, the Trainer's updates and the
+blessing threshold are run-time parameters of a compiled pipeline
+(:mod:`tfx_accum.pipeline.run_parameters`); a local run gives them plain values.
 """
 
 from __future__ import annotations
@@ -14,11 +19,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import tensorflow_model_analysis as tfma
 from tfx import v1 as tfx
 from tfx.proto import example_gen_pb2
 
-from tfx_accum.components.export import LABELS_SIGNATURE, OUTPUT_KEY, SERVING_SIGNATURE
 from tfx_accum.components.search_space import SearchSpace
 from tfx_accum.components.settings import (
     ACCURACY_THRESHOLD,
@@ -26,42 +29,12 @@ from tfx_accum.components.settings import (
     Hyperparameters,
     ModelSettings,
 )
+from tfx_accum.pipeline import run_parameters as params
 from tfx_accum.pipeline.beam import pod_beam_args
+from tfx_accum.pipeline.blessing import eval_config
 
 TUNER_FN = "tfx_accum.components.tuner.tuner_fn"
 RUN_FN = "tfx_accum.components.trainer.run_fn"
-
-
-def eval_config(label_key: str, accuracy_threshold: float) -> tfma.EvalConfig:
-    """Accuracy on the eval split must reach ``accuracy_threshold`` to bless the model."""
-    return tfma.EvalConfig(
-        model_specs=[
-            tfma.ModelSpec(
-                label_key=label_key,
-                signature_name=SERVING_SIGNATURE,
-                prediction_key=OUTPUT_KEY,
-                # The label as a class index, from the model's own label vocabulary (string
-                # labels) or range check (components/export.py).
-                preprocessing_function_names=[LABELS_SIGNATURE],
-            )
-        ],
-        slicing_specs=[tfma.SlicingSpec()],
-        metrics_specs=[
-            tfma.MetricsSpec(
-                metrics=[
-                    tfma.MetricConfig(
-                        class_name="SparseCategoricalAccuracy",
-                        threshold=tfma.MetricThreshold(
-                            value_threshold=tfma.GenericValueThreshold(
-                                lower_bound={"value": accuracy_threshold}
-                            )
-                        ),
-                    ),
-                    tfma.MetricConfig(class_name="ExampleCount"),
-                ]
-            )
-        ],
-    )
 
 
 # ExampleGen's file pattern per data format (pipeline/data.py detects the format).
@@ -100,6 +73,7 @@ def create_pipeline(
     enable_cache: bool = True,
     parallel_trials: int = 1,
     data_format: str = "csv",
+    runtime_parameters: bool = False,
 ) -> tfx.dsl.Pipeline:
     """Builds the pipeline. ``metadata_path=None`` leaves ML Metadata to the orchestrator.
 
@@ -112,13 +86,25 @@ def create_pipeline(
     ``parallel_trials``: Keras Tuner trials run side by side in worker processes of the
     Tuner (:mod:`tfx_accum.components.parallel_search`); 1 runs them one after another.
     ``data_format``: ``csv`` or ``tfrecord`` (``tf.Example`` records).
+    ``runtime_parameters``: the data root, ``max_trials``, ``tuning_epochs``,
+    ``train_steps`` and ``accuracy_threshold`` become ``RuntimeParameter`` s with these
+    values as defaults (for a Kubeflow compile).
     """
     search_space = search_space or SearchSpace()
     model_settings = model_settings or ModelSettings()
     custom_config: dict[str, Any] = model_settings.to_custom_config()
     label_key = model_settings.label_key
+    run = params.RunParameters.of(
+        data_root=data_root,
+        max_trials=search_space.max_trials,
+        tuning_epochs=search_space.tuning_epochs,
+        train_steps=train_steps,
+        accuracy_threshold=accuracy_threshold,
+    )
+    if runtime_parameters:
+        run = run.runtime()
 
-    example_gen = example_gen_component(data_root, data_format)
+    example_gen = example_gen_component(run[params.DATA_ROOT], data_format)
     statistics_gen = tfx.components.StatisticsGen(examples=example_gen.outputs["examples"])
     schema_gen = tfx.components.SchemaGen(
         statistics=statistics_gen.outputs["statistics"], infer_feature_shape=True
@@ -133,7 +119,8 @@ def create_pipeline(
         # The Tuner budgets trials in examples (search_space.tuning_epochs) and reads the
         # whole eval split: its TrainArgs/EvalArgs are required by TFX but unused, and kept
         # constant so that --train-steps does not invalidate the Tuner's cache.
-        tuner = tfx.components.Tuner(
+        tuner = params.Tuner(
+            run_parameters=run.for_component(params.TUNER),
             tuner_fn=TUNER_FN,
             examples=example_gen.outputs["examples"],
             schema=schema_gen.outputs["schema"],
@@ -154,21 +141,26 @@ def create_pipeline(
 
     # A stable place for the Trainer's training-state backups (see trainer.backup_location).
     trainer_config = {**custom_config, "backup_root": f"{pipeline_root}/_backup"}
+    trainer_parameters = run.for_component(params.TRAINER)
     if tune and train_steps_auto:
         trainer_config["min_examples"] = {
             "epochs": search_space.tuning_epochs,
             "examples_per_epoch": search_space.examples_per_epoch,  # None: the train split
         }
-    trainer = tfx.components.Trainer(
+    else:  # the tuning epochs do not concern this Trainer
+        trainer_parameters[params.TUNING_EPOCHS] = None
+    trainer = params.Trainer(
+        run_parameters=trainer_parameters,
         run_fn=RUN_FN,
         examples=example_gen.outputs["examples"],
         schema=schema_gen.outputs["schema"],
         hyperparameters=best_hyperparameters,
-        train_args=tfx.proto.TrainArgs(num_steps=train_steps),
+        train_args=tfx.proto.TrainArgs(num_steps=train_steps),  # a run's train_steps override
         eval_args=tfx.proto.EvalArgs(),  # validation reads the whole eval split
         custom_config=trainer_config,
     )
-    evaluator = tfx.components.Evaluator(
+    evaluator = params.Evaluator(
+        run_parameters=run.for_component(params.EVALUATOR),
         examples=example_gen.outputs["examples"],
         model=trainer.outputs["model"],
         eval_config=eval_config(label_key, accuracy_threshold),

@@ -14,7 +14,8 @@ import yaml
 from tfx_accum.components.search_space import SearchSpace
 from tfx_accum.pipeline import InputError
 from tfx_accum.pipeline.cli import main
-from tfx_accum.pipeline.kubeflow import compile_pipeline, get_profile, load_profiles
+from tfx_accum.pipeline.kubeflow import compile_pipeline
+from tfx_accum.pipeline.kubeflow_profiles import get_profile, load_profiles
 
 ROOT = Path(__file__).resolve().parents[1]
 SPEC_DIR = ROOT / ".venv" / "kfp-spec"
