@@ -632,6 +632,7 @@ def tuner_fn(fn_args):
                 f"parallel_trials={workers} needs GPUs or CPUs: a TPU host serves one "
                 "process. Set parallel_trials to 1 for TPU node pools."
             )
+        parallel_search.share_gpus()  # the probe and the workers grow their GPU memory
         if gpu_present():
             space = _probe_in_subprocess(fn_args, space, directory or fn_args.working_dir)
         hypermodel = AccumulationHyperModel(space, None, settings.model)

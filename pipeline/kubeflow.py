@@ -162,13 +162,14 @@ def compile_pipeline(
         output_dir=tempfile.gettempdir(),
         output_filename=f"unused{suffix}",
     )
-    job = runner.run(pipeline, write_out=False)
+    defaults = run_parameters.defaults(pipeline)
+    # Vertex AI: the defaults also go to the job's runtimeConfig (TFX writes them there).
+    job = runner.run(pipeline, parameter_values=defaults, write_out=False)
     pipeline_spec = job["pipelineSpec"]
     spec_edits.complete_resources(pipeline_spec)
     spec_edits.add_retry_policy(pipeline_spec)
     spec_edits.never_cache_data_reads(pipeline_spec)
     spec_edits.expect_accelerator(pipeline_spec, pool, accelerated)
-    defaults = run_parameters.defaults(pipeline)
     spec_edits.declare_parameter_defaults(pipeline_spec, defaults)
     # The KFP backend does not read this for a run: the run's own pipeline root, else the
     # kfp-launcher ConfigMap's defaultPipelineRoot decides (backend/src/v2/driver/
@@ -188,7 +189,6 @@ def compile_pipeline(
             [pipeline_spec, spec_edits.platform_spec(pool, accelerated)], sort_keys=True
         )
     else:
-        job.setdefault("runtimeConfig", {})["parameterValues"] = defaults
         text = json.dumps(job, indent=2, sort_keys=True)
     atomic_write_text(output_path, text)
     return output_path

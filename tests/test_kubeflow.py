@@ -344,3 +344,204 @@ def test_tfrecord_data_compiles_to_an_uncached_import_example_gen(tmp_path):
             "producerTask"
         ]
     )
+
+
+# --- run-time parameters ---
+
+RUN_PARAMETERS = {
+    "data_root": ("STRING", ARGS["data_root"]),
+    "max_trials": ("NUMBER_INTEGER", 3),
+    "tuning_epochs": ("NUMBER_INTEGER", 4),
+    "train_steps": ("NUMBER_INTEGER", 300),
+    "accuracy_threshold": ("NUMBER_DOUBLE", 0.95),
+}
+# Where each parameter goes: the task and the execution property it sets.
+WIRING = {
+    ("CsvExampleGen", "input_base"): "data_root",
+    ("Tuner", "max_trials"): "max_trials",
+    ("Tuner", "tuning_epochs"): "tuning_epochs",
+    ("Trainer", "train_steps"): "train_steps",
+    ("Evaluator", "accuracy_threshold"): "accuracy_threshold",
+}
+
+
+@pytest.mark.parametrize("pool", ["gpu", "vertex"])
+def test_the_compiled_spec_declares_the_run_time_parameters(compiled, pool):
+    path = compiled[pool]
+    if pool == "vertex":  # schema 2.0.0: the older parameter types, defaults in the job too
+        job = json.loads(path.read_text())
+        spec = job["pipelineSpec"]
+        legacy = {"NUMBER_INTEGER": "intValue", "NUMBER_DOUBLE": "doubleValue"}
+        assert job["runtimeConfig"]["parameters"] == {
+            name: {legacy.get(kind, "stringValue"): str(v) if kind == "NUMBER_INTEGER" else v}
+            for name, (kind, v) in RUN_PARAMETERS.items()
+        }
+        kinds = {"INT": "NUMBER_INTEGER", "DOUBLE": "NUMBER_DOUBLE", "STRING": "STRING"}
+    else:
+        spec = next(yaml.safe_load_all(path.read_text()))
+        kinds = {}
+    declared = spec["root"]["inputDefinitions"]["parameters"]
+    assert {
+        name: (p.get("parameterType") or kinds[p["type"]], p["defaultValue"])
+        for name, p in declared.items()
+    } == RUN_PARAMETERS
+    assert all(p["isOptional"] for p in declared.values())
+    tasks = spec["root"]["dag"]["tasks"]
+    for (task, prop), name in WIRING.items():
+        assert tasks[task]["inputs"]["parameters"][prop] == {"componentInputParameter": name}
+    # With the default --train-steps (the CLI's), the Trainer covers the trials' examples:
+    # it reads the run's tuning_epochs too.
+    trainer = tasks["Trainer"]["inputs"]["parameters"]
+    assert ("tuning_epochs" in trainer) == (pool == "gpu")
+
+
+def test_the_run_time_parameters_follow_the_compile_options(tmp_path):
+    output = tmp_path / "no-tune.yaml"
+    assert main(compile_argv("cpu", output, "--no-tune", "--train-steps", "50")) == 0
+    spec = next(yaml.safe_load_all(output.read_text()))
+    declared = spec["root"]["inputDefinitions"]["parameters"]
+    # No Tuner: no max_trials or tuning_epochs to set.
+    assert {n: p["defaultValue"] for n, p in declared.items()} == {
+        "data_root": ARGS["data_root"],
+        "train_steps": 50,
+        "accuracy_threshold": 0.95,
+    }
+    assert "train_steps: 50" in output.read_text().splitlines()[2].replace("=", ": ")
+
+
+def test_the_executors_put_a_runs_values_where_tfx_and_the_modules_read_them():
+    from tfx_accum.pipeline import run_parameters as params
+
+    tuner = params.tuner_properties(
+        {"custom_config": json.dumps({"search_space": {"max_trials": 8, "tuning_epochs": 4}}),
+         "max_trials": 20, "tuning_epochs": 2}
+    )  # fmt: skip
+    assert json.loads(tuner["custom_config"])["search_space"] == {
+        "max_trials": 20,
+        "tuning_epochs": 2,
+    }
+    trainer = params.trainer_properties(
+        {"train_args": '{"num_steps": 300}', "train_steps": 1000, "tuning_epochs": 2,
+         "custom_config": json.dumps({"min_examples": {"epochs": 4}})}
+    )  # fmt: skip
+    assert json.loads(trainer["train_args"]) == {"num_steps": 1000}
+    assert json.loads(trainer["custom_config"])["min_examples"]["epochs"] == 2
+
+    import tensorflow_model_analysis as tfma
+    from google.protobuf import json_format
+
+    from tfx_accum.pipeline.blessing import METRIC, eval_config
+
+    compiled = json_format.MessageToJson(eval_config("label", 0.95))
+    evaluator = params.evaluator_properties({"eval_config": compiled, "accuracy_threshold": 0.5})
+    config = json_format.Parse(evaluator["eval_config"], tfma.EvalConfig())
+    (metric,) = [m for s in config.metrics_specs for m in s.metrics if m.class_name == METRIC]
+    assert metric.threshold.value_threshold.lower_bound.value == 0.5
+    # A run's bad value stops the task with the parameter's name.
+    with pytest.raises(ValueError, match="run-time parameter `max_trials` must be an int >= 1"):
+        params.tuner_properties(
+            {"custom_config": json.dumps({"search_space": {}}), "max_trials": 0}
+        )
+    with pytest.raises(ValueError, match="accuracy_threshold must be a number in"):
+        params.evaluator_properties({"eval_config": compiled, "accuracy_threshold": 1.5})
+
+
+def test_a_local_pipeline_takes_plain_values():
+    from tfx.orchestration import data_types
+
+    from tfx_accum.pipeline.pipeline import create_pipeline
+
+    pipeline = create_pipeline("p", "/r", "/d", "/s", train_steps=42)
+    for component in pipeline.components:
+        assert not [
+            v for v in component.exec_properties.values()
+            if isinstance(v, data_types.RuntimeParameter)
+        ], component.id  # fmt: skip
+    trainer = next(c for c in pipeline.components if c.id == "Trainer")
+    assert trainer.exec_properties["train_steps"] == 42
+
+
+# --- parallel trials: one GPU per worker ---
+
+
+def test_a_multi_gpu_pod_gives_each_worker_its_own_gpu(tmp_path):
+    """What the a100x4 spec asks for, and how its Tuner pod shares the GPUs out."""
+    from tfx_accum.components.parallel_search import GpuSlots, plan_workers
+
+    output = tmp_path / "a100x4.yaml"
+    assert main(compile_argv("a100x4", output)) == 0
+    spec = next(yaml.safe_load_all(output.read_text()))
+    requested = _tuner_custom_config(output)["parallel_trials"]
+    env = {
+        e["name"]: e["value"]
+        for e in spec["deploymentSpec"]["executors"]["Tuner_executor"]["container"]["env"]
+    }
+    gpus = int(env["TFX_ACCUM_ACCELERATOR"].split(":")[1])
+    workers, why = plan_workers(requested, trials_left=8, gpus=gpus, cpus=46)
+    assert (requested, gpus, workers, why) == (4, 4, 4, None)
+    slots = GpuSlots(gpus)
+    assert sorted(slots.take(i) for i in range(workers)) == [0, 1, 2, 3]
+
+
+def test_more_parallel_trials_than_gpus_are_refused_at_compile_time(tmp_path, capsys):
+    output = tmp_path / "x.yaml"
+    assert main(compile_argv("a100x4", output, "--parallel-trials", "8")) == 2
+    assert "--parallel-trials 8 is more than the 4 GPU(s) of node pool 'a100x4'" in (
+        capsys.readouterr().err
+    )
+    assert not output.exists()
+    extra = tmp_path / "pools.yaml"
+    extra.write_text(
+        "l4x2:\n  accelerator: {kind: gpu, count: 2, gke_label: nvidia-l4}\n"
+        "  cpu: 16\n  memory: 64G\n  parallel_trials: 3\n"
+    )
+    with pytest.raises(InputError, match="parallel_trials` 3 is more than the pool's 2 GPU"):
+        get_profile("l4x2", extra)
+
+
+# --- the guide's commands are the ones the tests run ---
+
+GUIDE = ROOT / "kubeflow" / "README.md"
+
+
+def _guide_commands(program: str) -> list[list[str]]:
+    """The guide's shell commands that start with ``program``, continuation lines joined."""
+    import re
+    import shlex
+
+    blocks = re.findall(r"```bash\n(.*?)```", GUIDE.read_text(), re.S)
+    commands = []
+    for block in blocks:
+        for line in re.sub(r"\\\n\s*", " ", block).splitlines():
+            line = line.split("  #")[0].strip()
+            words = shlex.split(line.split(" # ")[0]) if line else []
+            while words and "=" in words[0] and not words[0].startswith("-"):
+                words = words[1:]  # VAR=value prefixes
+            if words[:1] == [program] or words[:1] == [f"${program.upper()}"]:
+                commands.append(words)
+    return commands
+
+
+def test_the_guides_tfx_accum_commands_parse_as_the_tests_run_them():
+    from tfx_accum.pipeline.cli import build_parser
+
+    commands = _guide_commands("tfx-accum")
+    kinds = {words[1] for words in commands}
+    assert {"compile", "run-compiled"} <= kinds, kinds
+    parser = build_parser()
+    for words in commands:
+        if "..." in words:
+            continue  # an elided example
+        args = parser.parse_args(words[1:])
+        if args.command == "run-compiled":
+            # As tests/test_kubeflow_local.py runs it: the image's python and WORKDIR.
+            assert args.image_python and args.workdir, words
+            names = {p.split("=")[0] for p in args.parameters}
+            assert names <= set(RUN_PARAMETERS), names
+
+
+def test_the_guides_kfp_run_parameters_are_the_specs():
+    runs = [w for w in _guide_commands("kfp") if "run" in w and "create" in w]
+    assert runs
+    names = {w.split("=")[0] for words in runs for w in words if "=" in w and w[0] != "-"}
+    assert names and names <= set(RUN_PARAMETERS), names
