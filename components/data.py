@@ -131,14 +131,36 @@ def batched(
     return dataset.batch(batch_size, drop_remainder=drop_remainder).prefetch(tf.data.AUTOTUNE)
 
 
-# Two keys of TensorFlow's keyed hash (SipHash), fixed so that a fingerprint is stable.
+# Keys of TensorFlow's keyed hash (SipHash), fixed so that a fingerprint is stable.
+_ENTRY_KEY = (0x74667861, 0x63637521)
 _FINGERPRINT_KEYS = ((0x7466782D, 0x61636375), (0x6D2D6578, 0x616D706C))
 _HASH_BUCKETS = 2**31 - 1  # sums of up to 2**32 records fit an int64
+_LAST = np.int64(2**63 - 1)  # sorts after every entry hash (which are below 2**62)
+
+
+def _canonical_examples(records: tf.Tensor) -> tf.Tensor:
+    """One string per serialized ``tf.Example``, the same whatever order its features were
+    serialized in: the sorted hashes of its (name, value) entries.
+
+    A ``tf.Example``'s features are a protobuf map, whose serialized order is not fixed:
+    two ExampleGen runs over the same CSV write the same examples as different bytes.
+    """
+    _, (features,) = tf.io.decode_proto(records, "tensorflow.Example", ["features"], [tf.string])
+    sizes, (entries,) = tf.io.decode_proto(
+        tf.reshape(features, [-1]), "tensorflow.Features", ["feature"], [tf.string]
+    )
+    lengths = tf.reshape(sizes, [-1])
+    hashes = tf.strings.to_hash_bucket_strong(entries, 2**62, list(_ENTRY_KEY))
+    present = tf.sequence_mask(lengths, tf.shape(entries)[1])
+    ordered = tf.sort(tf.where(present, hashes, _LAST), axis=1)  # padding last
+    rows = tf.RaggedTensor.from_tensor(ordered, lengths=lengths)
+    return tf.strings.reduce_join(tf.strings.as_string(rows), axis=1, separator=",")
 
 
 def examples_fingerprint(file_patterns: list[str]) -> str:
-    """A digest of the records in ``file_patterns``: the same for the same examples however
-    ExampleGen sharded, named or ordered them (a count and two sums of keyed hashes).
+    """A digest of the ``tf.Example`` s in ``file_patterns``: the same for the same examples
+    however ExampleGen sharded, named or ordered them and serialized their features (a count
+    and two sums of keyed hashes of :func:`_canonical_examples`).
 
     A Kubeflow run's ExampleGen writes new files under a new path every run, also for
     unchanged data; this is what stays the same.
@@ -147,16 +169,20 @@ def examples_fingerprint(file_patterns: list[str]) -> str:
     if not files:
         return "empty"
 
-    def hashes(records):
-        return tuple(
-            tf.reduce_sum(tf.strings.to_hash_bucket_strong(records, _HASH_BUCKETS, list(key)))
-            for key in _FINGERPRINT_KEYS
+    def digest(records):
+        canonical = _canonical_examples(records)
+        return (
+            tf.size(records, out_type=tf.int64),
+            *(
+                tf.reduce_sum(tf.strings.to_hash_bucket_strong(canonical, _HASH_BUCKETS, list(k)))
+                for k in _FINGERPRINT_KEYS
+            ),
         )
 
     totals = (
         _records(files)
         .batch(_READ_BATCH)
-        .map(lambda r: (tf.size(r, out_type=tf.int64), *hashes(r)))
+        .map(digest)
         .reduce(
             (np.int64(0),) * (1 + len(_FINGERPRINT_KEYS)),
             lambda total, batch: tuple(t + b for t, b in zip(total, batch)),
