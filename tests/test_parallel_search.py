@@ -197,3 +197,17 @@ def test_workers_die_with_their_chief(first_run, tmp_path):
         for pid in workers:  # what the test found alive, if anything
             if _alive(pid):
                 os.kill(pid, signal.SIGKILL)
+
+
+def test_the_chief_and_its_children_grow_gpu_memory_as_needed(monkeypatch):
+    from tfx_accum.components.parallel_search import share_gpus
+
+    monkeypatch.delenv(GROWTH_ENV, raising=False)
+    share_gpus()  # the chief of a parallel search, before the probe and the workers start
+    assert os.environ[GROWTH_ENV] == "true"
+    child = subprocess.run(
+        [sys.executable, "-c", f"import os; print(os.environ['{GROWTH_ENV}'])"],
+        capture_output=True,
+        text=True,
+    )
+    assert child.stdout.strip() == "true"
