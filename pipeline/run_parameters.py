@@ -53,9 +53,9 @@ THRESHOLD = blessing.THRESHOLD_PARAMETER
 TYPES = {DATA_ROOT: str, MAX_TRIALS: int, TUNING_EPOCHS: int, TRAIN_STEPS: int, THRESHOLD: float}
 NAMES = tuple(TYPES)
 # The execution properties each component adds to TFX's, with their types.
-TUNER = {MAX_TRIALS: int, TUNING_EPOCHS: int}
-TRAINER = {TRAIN_STEPS: int, TUNING_EPOCHS: int}
-EVALUATOR = {THRESHOLD: float}
+TUNER = {name: TYPES[name] for name in (MAX_TRIALS, TUNING_EPOCHS)}
+TRAINER = {name: TYPES[name] for name in (TRAIN_STEPS, TUNING_EPOCHS)}
+EVALUATOR = {THRESHOLD: TYPES[THRESHOLD]}
 
 
 @dataclasses.dataclass(frozen=True)
