@@ -545,3 +545,17 @@ def test_the_guides_kfp_run_parameters_are_the_specs():
     assert runs
     names = {w.split("=")[0] for words in runs for w in words if "=" in w and w[0] != "-"}
     assert names and names <= set(RUN_PARAMETERS), names
+
+
+def test_run_compiled_refuses_a_parameter_the_spec_does_not_declare(tmp_path, capfd):
+    spec = tmp_path / "local.yaml"
+    argv = [
+        "compile", "--node-pool", "cpu", "--output", str(spec), "--image", IMAGE,
+        "--pipeline-root", str(tmp_path / "root"), "--data-root", str(tmp_path / "data"),
+    ]  # fmt: skip
+    assert main(argv) == 0
+    assert main(["run-compiled", str(spec), "max_trail=4"]) == 2
+    message = capfd.readouterr().err
+    assert "no run-time parameter 'max_trail'; it has: accuracy_threshold, data_root" in message
+    assert main(["run-compiled", str(spec), "max_trials"]) == 2  # not NAME=VALUE
+    assert not (tmp_path / "root").exists()  # nothing ran
