@@ -6,8 +6,8 @@ Everything else extends Keras Tuner through its public seams (components/search_
 ``HyperModel.declare_hyperparameters``).
 
 1. Building a trial's model without a session reset (:class:`NoSessionResetMixin`).
-2. Serving an oracle to parallel workers (:func:`serve_oracle`, :func:`fail_ongoing_trial`,
-   :func:`trials_exhausted`).
+2. Serving an oracle to parallel workers, to them only (:func:`serve_oracle`,
+   :func:`authenticate_client`, :func:`fail_ongoing_trial`, :func:`trials_left`).
 
 **1.**
 Keras Tuner's ``Tuner._try_build`` calls ``keras.backend.clear_session()`` and
@@ -21,6 +21,10 @@ here). Tested on the pinned keras-tuner (``constraints.txt``) by ``tests/test_co
 
 from __future__ import annotations
 
+import hmac
+import os
+
+import grpc
 import keras
 import keras_tuner
 
@@ -45,21 +49,89 @@ class NoSessionResetMixin:
 # (components/parallel_search.py).
 
 
-def serve_oracle(oracle, address: str):
-    """Starts Keras Tuner's gRPC oracle service on ``address`` (a free port); ``(server, port)``."""
+# Keras Tuner serves the oracle without authentication: any local process could report
+# trial results. Each request must carry the search's token in this metadata entry.
+TOKEN_METADATA = "x-tfx-accum-oracle-token"
+
+
+def serve_oracle(oracle, address: str, token: str):
+    """Starts Keras Tuner's gRPC oracle service on ``address`` (a free port); ``(server, port)``.
+
+    Requests without ``token`` (:func:`authenticate_client`) are refused with
+    ``UNAUTHENTICATED``.
+    """
     from concurrent import futures
 
-    import grpc
     from keras_tuner.src import protos
     from keras_tuner.src.distribute.oracle_chief import OracleServicer
 
     # One thread, as Keras Tuner's own chief: the oracle's methods are synchronized, but
     # its proposals should follow one another.
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=1))
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=1), interceptors=[_TokenCheck(token)]
+    )
     protos.get_service_grpc().add_OracleServicer_to_server(OracleServicer(oracle), server)
     port = server.add_insecure_port(f"{address}:0")
     server.start()
     return server, port
+
+
+class _TokenCheck(grpc.ServerInterceptor):
+    """Passes a request on only if it carries the token; others get UNAUTHENTICATED."""
+
+    def __init__(self, token: str):
+        self._token = token.encode()
+        self._refuse = grpc.unary_unary_rpc_method_handler(self._refused)
+
+    def intercept_service(self, continuation, handler_call_details):
+        given = dict(handler_call_details.invocation_metadata or ()).get(TOKEN_METADATA, "")
+        if hmac.compare_digest(str(given).encode(), self._token):
+            return continuation(handler_call_details)
+        return self._refuse
+
+    @staticmethod
+    def _refused(request, context):
+        context.abort(grpc.StatusCode.UNAUTHENTICATED, "not a worker of this search")
+
+
+def authenticate_client(client, token: str) -> None:
+    """Makes a worker's ``OracleClient`` send ``token`` with every request.
+
+    ``OracleClient.__init__`` (keras-tuner 1.4.8) opens its channel itself, from the
+    ``KERASTUNER_ORACLE_IP``/``PORT`` variables, and keeps the stub in ``client.stub``; the
+    stub is replaced by one on the same address whose calls carry the token.
+    """
+    import collections
+
+    from keras_tuner.src import protos
+
+    class Details(
+        collections.namedtuple(
+            "Details",
+            ("method", "timeout", "metadata", "credentials", "wait_for_ready", "compression"),
+        ),
+        grpc.ClientCallDetails,
+    ):
+        pass
+
+    class AddToken(grpc.UnaryUnaryClientInterceptor):
+        def intercept_unary_unary(self, continuation, details, request):
+            metadata = [*(details.metadata or ()), (TOKEN_METADATA, token)]
+            return continuation(
+                Details(
+                    details.method,
+                    details.timeout,
+                    metadata,
+                    details.credentials,
+                    details.wait_for_ready,
+                    details.compression,
+                ),
+                request,
+            )
+
+    address = f"{os.environ['KERASTUNER_ORACLE_IP']}:{os.environ['KERASTUNER_ORACLE_PORT']}"
+    channel = grpc.intercept_channel(grpc.insecure_channel(address), AddToken())
+    client.stub = protos.get_service_grpc().OracleStub(channel)
 
 
 def fail_ongoing_trial(oracle, tuner_id: str, message: str) -> str | None:
@@ -74,6 +146,15 @@ def fail_ongoing_trial(oracle, tuner_id: str, message: str) -> str | None:
     trial.message = message
     oracle.end_trial(trial)
     return trial.trial_id
+
+
+def trials_left(oracle) -> int | None:
+    """Trials the oracle will still hand out: new ones up to ``max_trials`` and the
+    interrupted ones a reloaded search runs again (``Oracle._retry_queue``); None: no limit
+    (Hyperband)."""
+    if oracle.max_trials is None:
+        return None
+    return max(0, oracle.max_trials - len(oracle.trials)) + len(oracle._retry_queue)
 
 
 def trials_exhausted(oracle) -> bool:

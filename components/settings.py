@@ -360,7 +360,7 @@ class Blessing:
                 f"{', '.join(fitting)}."
             )
         if threshold is not None:
-            _check_threshold_range(spec, threshold)
+            check_threshold_range(spec, threshold)
         elif spec.baseline is None:
             raise ValueError(
                 f"--bless-metric {metric} needs --bless-threshold: it has no trivial baseline "
@@ -387,10 +387,10 @@ def check_bless_options(metric: str | None, threshold: float | None) -> None:
     ):
         raise ValueError(f"--bless-threshold must be a number >= 0. Received: {threshold!r}.")
     if metric is not None:
-        _check_threshold_range(BLESS_METRICS[metric], threshold)
+        check_threshold_range(BLESS_METRICS[metric], threshold)
 
 
-def _check_threshold_range(spec: BlessMetric, threshold: float) -> None:
+def check_threshold_range(spec: BlessMetric, threshold: float) -> None:
     if spec.share and threshold > 1.0:
         raise ValueError(
             f"--bless-threshold {threshold:g} is outside [0, 1], the range of {spec.name}."

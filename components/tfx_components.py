@@ -1,12 +1,20 @@
-"""TFX's Tuner and Trainer, with StatisticsGen's statistics as an input.
+"""TFX's Tuner and Trainer, with StatisticsGen's statistics as an input and run-time
+parameters as execution properties.
 
 The stock components take the examples and the schema, not the statistics, although
 StatisticsGen has computed over the whole training split exactly what the model needs
 (means, variances, presence, the values of text features). These two components are TFX's
 own, extended the way TFX components are: a component spec with one more input channel
-(``statistics``, an ``ExampleStatistics`` artifact) and an executor that hands its location
-to the module through ``custom_config["statistics"]`` (components/data.py), then runs
-TFX's executor unchanged. ``tuner_fn``, ``run_fn`` and every other argument are TFX's.
+(``statistics``, an ``ExampleStatistics`` artifact) and optional integer execution
+properties (:data:`TUNER_PARAMETERS`, :data:`TRAINER_PARAMETERS`), and an executor that
+hands the statistics' location to the module through ``custom_config["statistics"]``
+(components/data.py) and writes a run's parameter values where TFX and the module read
+them (:func:`tuner_properties`, :func:`trainer_properties`), then runs TFX's executor
+unchanged. ``tuner_fn``, ``run_fn`` and every other argument are TFX's.
+
+Why execution properties: TFX 1.16's Kubeflow compiler makes a ``RuntimeParameter`` a
+pipeline parameter only when it is a component's *whole* execution property; one inside
+``custom_config`` or a ``TrainArgs`` proto is never substituted (pipeline/run_parameters.py).
 
 Example (what pipeline/pipeline.py does):
 
@@ -26,12 +34,16 @@ from tfx.dsl.components.base import base_component, executor_spec
 from tfx.proto import trainer_pb2
 from tfx.types import artifact_utils, standard_artifacts, standard_component_specs
 from tfx.types import channel as channel_types
-from tfx.types.component_spec import ChannelParameter
+from tfx.types.component_spec import ChannelParameter, ExecutionParameter
 from tfx.utils import json_utils
 
 from tfx_accum.components.data import STATISTICS_KEY
+from tfx_accum.components.settings import validate_positive_int
 
 STATISTICS = "statistics"  # the input channel's name
+MAX_TRIALS, TUNING_EPOCHS, TRAIN_STEPS = "max_trials", "tuning_epochs", "train_steps"
+TUNER_PARAMETERS = {MAX_TRIALS: int, TUNING_EPOCHS: int}  # into the search space
+TRAINER_PARAMETERS = {TRAIN_STEPS: int}  # into TrainArgs.num_steps
 
 
 def with_statistics(input_dict: dict, exec_properties: dict[str, Any]) -> dict[str, Any]:
@@ -42,29 +54,75 @@ def with_statistics(input_dict: dict, exec_properties: dict[str, Any]) -> dict[s
     return {**exec_properties, key: json_utils.dumps(config)}
 
 
+def _check_int(name: str, value: Any) -> int:
+    try:
+        return validate_positive_int(name, value)
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"run-time parameter {error}") from None
+
+
+def tuner_properties(exec_properties: dict[str, Any]) -> dict[str, Any]:
+    """``exec_properties`` with a run's max_trials and tuning_epochs in the search space."""
+    key = standard_component_specs.CUSTOM_CONFIG_KEY
+    config = json_utils.loads(exec_properties.get(key) or "null") or {}
+    space = config.setdefault("search_space", {})
+    for name in TUNER_PARAMETERS:
+        if exec_properties.get(name) is not None:
+            space[name] = _check_int(name, exec_properties[name])
+    return {**exec_properties, key: json_utils.dumps(config)}
+
+
+def trainer_properties(exec_properties: dict[str, Any]) -> dict[str, Any]:
+    """``exec_properties`` with a run's train_steps in ``TrainArgs.num_steps``."""
+    if exec_properties.get(TRAIN_STEPS) is None:
+        return exec_properties
+    key = standard_component_specs.TRAIN_ARGS_KEY
+    train_args = json_utils.loads(exec_properties.get(key) or "{}") or {}
+    train_args["num_steps"] = _check_int(TRAIN_STEPS, exec_properties[TRAIN_STEPS])
+    return {**exec_properties, key: json_utils.dumps(train_args)}
+
+
 class TunerExecutor(tuner_executor.Executor):
     def Do(self, input_dict, output_dict, exec_properties):  # noqa: N802 - TFX's name
-        return super().Do(input_dict, output_dict, with_statistics(input_dict, exec_properties))
+        properties = tuner_properties(with_statistics(input_dict, exec_properties))
+        return super().Do(input_dict, output_dict, properties)
 
 
 class TrainerExecutor(trainer_executor.GenericExecutor):
     def Do(self, input_dict, output_dict, exec_properties):  # noqa: N802 - TFX's name
-        return super().Do(input_dict, output_dict, with_statistics(input_dict, exec_properties))
+        properties = trainer_properties(with_statistics(input_dict, exec_properties))
+        return super().Do(input_dict, output_dict, properties)
 
 
 _STATISTICS_INPUT = {STATISTICS: ChannelParameter(type=standard_artifacts.ExampleStatistics)}
 
 
+def optional_parameters(parameters: dict[str, type]) -> dict[str, ExecutionParameter]:
+    """Execution properties a run may set (None: TFX's own setting, as compiled)."""
+    return {
+        name: ExecutionParameter(type=ptype, optional=True) for name, ptype in parameters.items()
+    }
+
+
 class TunerSpec(standard_component_specs.TunerSpec):
     INPUTS = {**standard_component_specs.TunerSpec.INPUTS, **_STATISTICS_INPUT}
+    PARAMETERS = {
+        **standard_component_specs.TunerSpec.PARAMETERS,
+        **optional_parameters(TUNER_PARAMETERS),
+    }
 
 
 class TrainerSpec(standard_component_specs.TrainerSpec):
     INPUTS = {**standard_component_specs.TrainerSpec.INPUTS, **_STATISTICS_INPUT}
+    PARAMETERS = {
+        **standard_component_specs.TrainerSpec.PARAMETERS,
+        **optional_parameters(TRAINER_PARAMETERS),
+    }
 
 
 class Tuner(base_component.BaseComponent):
-    """TFX's Tuner (a ``tuner_fn`` by dotted path) that also receives the statistics."""
+    """TFX's Tuner (a ``tuner_fn`` by dotted path) that also receives the statistics;
+    ``run_parameters``: values (or ``RuntimeParameter`` s) of :data:`TUNER_PARAMETERS`."""
 
     SPEC_CLASS = TunerSpec
     EXECUTOR_SPEC = executor_spec.ExecutorClassSpec(TunerExecutor)
@@ -78,8 +136,10 @@ class Tuner(base_component.BaseComponent):
         train_args: trainer_pb2.TrainArgs | None = None,
         eval_args: trainer_pb2.EvalArgs | None = None,
         custom_config: dict[str, Any] | None = None,
+        run_parameters: dict[str, Any] | None = None,
     ):
         spec = TunerSpec(
+            **_only(run_parameters, TUNER_PARAMETERS),
             examples=examples,
             schema=schema,
             statistics=statistics,
@@ -94,7 +154,8 @@ class Tuner(base_component.BaseComponent):
 
 
 class Trainer(base_component.BaseComponent):
-    """TFX's Trainer (a ``run_fn`` by dotted path) that also receives the statistics."""
+    """TFX's Trainer (a ``run_fn`` by dotted path) that also receives the statistics;
+    ``run_parameters``: values (or ``RuntimeParameter`` s) of :data:`TRAINER_PARAMETERS`."""
 
     SPEC_CLASS = TrainerSpec
     EXECUTOR_SPEC = executor_spec.ExecutorClassSpec(TrainerExecutor)
@@ -109,8 +170,10 @@ class Trainer(base_component.BaseComponent):
         train_args: trainer_pb2.TrainArgs | None = None,
         eval_args: trainer_pb2.EvalArgs | None = None,
         custom_config: dict[str, Any] | None = None,
+        run_parameters: dict[str, Any] | None = None,
     ):
         spec = TrainerSpec(
+            **_only(run_parameters, TRAINER_PARAMETERS),
             examples=examples,
             schema=schema,
             statistics=statistics,
@@ -123,3 +186,14 @@ class Trainer(base_component.BaseComponent):
             model_run=channel_types.Channel(type=standard_artifacts.ModelRun),
         )
         super().__init__(spec=spec)
+
+
+def _only(values: dict[str, Any] | None, parameters: dict[str, type]) -> dict[str, Any]:
+    """``values`` of ``parameters`` that are set (a name the component lacks: TypeError)."""
+    values = dict(values or {})
+    unknown = sorted(set(values) - set(parameters))
+    if unknown:
+        raise TypeError(
+            f"unknown run parameters {unknown}; this component takes {sorted(parameters)}"
+        )
+    return {name: value for name, value in values.items() if value is not None}

@@ -49,14 +49,17 @@ def search_location(fn_args, space: SearchSpace, settings: ModelSettings) -> str
     TFX gives every execution a new working directory, so a Tuner killed mid-search (a
     preempted pod, Ctrl-C) would start over. Under ``custom_config["search_root"]``
     (``<pipeline_root>/_search`` from create_pipeline) the search lives in a folder named
-    by a hash of the examples, the schema, the search space and the model settings, and a
-    rerun with the same inputs continues it. ``None`` without a search root.
+    by a hash of the examples' and schema's content, the search space and the model
+    settings, and a rerun with the same inputs continues it (on Kubeflow too, where every
+    run's examples have a new path). ``max_trials`` is left out: more trials continue the
+    same search, fewer reuse it. ``None`` without a search root.
     """
     root = (fn_args.custom_config or {}).get("search_root")
     if not root:
         return None
+    key = {name: value for name, value in space.to_config().items() if name != "max_trials"}
     return location_for_inputs(
-        root, "search", fn_args, space=space.to_config(), model=settings.to_custom_config()
+        root, "search", fn_args, space=key, model=settings.to_custom_config()
     )
 
 
@@ -80,6 +83,7 @@ def tuner_fn(fn_args):
                 f"parallel_trials={workers} needs GPUs or CPUs: a TPU host serves one "
                 "process. Set parallel_trials to 1 for TPU node pools."
             )
+        parallel_search.share_gpus()  # the probe and the workers grow their GPU memory
         if gpu_present():
             spec = parallel_search.worker_spec(
                 fn_args, directory or fn_args.working_dir, space.to_config()

@@ -1,10 +1,11 @@
 """A parallel-search worker process: ``python -m tfx_accum.components.tuner_worker SPEC``.
 
 Started by :func:`tfx_accum.components.parallel_search.run_workers` with Keras Tuner's
-distributed-mode variables set. It rebuilds the chief's ``FnArgs`` from the JSON spec
-(the examples are ``tf.Example`` records, read through the same TFXIO factory TFX's
-``DataAccessor`` uses), builds the same tuner, and runs trials from the chief's oracle until
-it is told to stop.
+distributed-mode variables set. First it ties its life to the chief's (it exits when the
+chief is gone); then it rebuilds the chief's ``FnArgs`` from the JSON spec (the examples
+are ``tf.Example`` records, read through the same TFXIO factory TFX's ``DataAccessor``
+uses), builds the same tuner, and runs trials from the chief's oracle, its requests
+carrying the search's token, until it is told to stop.
 """
 
 from __future__ import annotations
@@ -35,6 +36,9 @@ def _fn_args(spec: dict) -> SimpleNamespace:
 
 
 def main(argv: list[str]) -> int:
+    from tfx_accum.components import parallel_search
+
+    parallel_search.die_with_chief()  # before the slow imports: a dead chief ends us at once
     logging.getLogger("keras_tuner").setLevel(logging.WARNING)
     from tfx_accum.components.tuner import worker_tuner
 
@@ -42,6 +46,7 @@ def main(argv: list[str]) -> int:
         spec = json.load(handle)
     tuner, fit_kwargs = worker_tuner(_fn_args(spec["fn_args"]), spec)
     if tuner is not None:  # None: a memory probe, already answered
+        parallel_search.authenticate(tuner)
         tuner.search(**fit_kwargs)
     return 0
 

@@ -2,7 +2,8 @@
 
 What broke the image before: a pinned requirement (``pyfarmhash`` 0.3.2) that exists only as
 a source distribution, on a slim base image without a compiler. This check reads the
-Dockerfile's own ``pip wheel`` and ``pip install`` lines and, for each variant
+Dockerfile's own ``pip wheel`` and ``pip install`` lines (:mod:`~tfx_accum.kubeflow.dockerfile`)
+and, for each variant
 (``ACCELERATOR`` = cpu, gpu, tpu), works out the distributions it installs with their pinned
 versions, then asks their package index whether each has a wheel for the image's platform
 (CPython 3.10, manylinux x86_64 up to glibc 2.36: Debian bookworm). A requirement without
@@ -25,7 +26,6 @@ import dataclasses
 import functools
 import json
 import re
-import shlex
 import sys
 import time
 import urllib.error
@@ -38,6 +38,8 @@ from packaging import tags
 from packaging.requirements import Requirement
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
+
+from tfx_accum.kubeflow import dockerfile
 
 PYPI_SIMPLE = "https://pypi.org/simple/{name}/"
 PYTHON = (3, 10)
@@ -85,10 +87,12 @@ def _supported_tags() -> set[tags.Tag]:
 SUPPORTED = _supported_tags()
 
 
-def _commands(dockerfile: str) -> tuple[set[str], dict[str, list[list[str]]]]:
+PROJECT = "tfx-accum"
+
+
+def _commands(text: str) -> tuple[set[str], dict[str, list[list[str]]]]:
     """``(built, commands)``: names built in the builder stage, pip commands per variant."""
-    text = re.sub(r"\\\n", " ", dockerfile)
-    runs = [line.strip()[4:] for line in text.splitlines() if line.strip().startswith("RUN ")]
+    runs = [i.arguments for stage in dockerfile.parse(text) for i in stage.all("RUN")]
     built: set[str] = set()
     per_variant: dict[str, list[list[str]]] = {v: [] for v in VARIANTS}
     for run in runs:
@@ -101,7 +105,7 @@ def _commands(dockerfile: str) -> tuple[set[str], dict[str, list[list[str]]]]:
             }
         for variant in VARIANTS:
             for part in (common, branches.get(variant, "")):
-                for words in _shell_commands(part):
+                for words in dockerfile.shell_commands(part):
                     if words[:4] == ["python", "-m", "pip", "wheel"]:
                         built.update(_wheel_names(words[4:]))
                     elif words[:3] == ["python", "-m", "pip"] and words[3:4] in (
@@ -112,30 +116,20 @@ def _commands(dockerfile: str) -> tuple[set[str], dict[str, list[list[str]]]]:
     return {canonicalize_name(n) for n in built}, per_variant
 
 
-def _shell_commands(text: str) -> list[list[str]]:
-    """The simple commands of a shell line: its words, split at ``&&``, ``;``, ``|``."""
-    lexer = shlex.shlex(text, posix=True, punctuation_chars=";&|")
-    lexer.whitespace_split = True
-    commands, words = [], []
-    for token in lexer:
-        if token and set(token) <= set(";&|"):
-            if words:
-                commands.append(words)
-            words = []
-        else:
-            words.append(token)
-    if words:
-        commands.append(words)
-    return commands
+def _is_path(arg: str) -> bool:
+    return arg.startswith((".", "/"))
 
 
 def _wheel_names(args: list[str]) -> list[str]:
+    """The names a ``pip wheel`` line builds; a path is this project's source tree."""
     names, skip = [], False
     for arg in args:
         if skip:
             skip = False
         elif arg in ("-c", "-w", "--constraint", "--wheel-dir", "-f", "--find-links"):
             skip = True
+        elif _is_path(arg):
+            names.append(PROJECT)
         elif not arg.startswith("-"):
             names.append(Requirement(arg).name)
     return names
@@ -214,9 +208,10 @@ def variant_pins(dockerfile: str) -> tuple[set[str], dict[str, dict[str, Pin]]]:
                     continue
                 if arg.startswith("-") or arg == "pip":  # options; pip upgrades itself
                     continue
-                if arg == ".":  # this project: built from the copied source
-                    pins.update(_installed_closure("tfx-accum"))
-                    pins.pop("tfx-accum")
+                if _is_path(arg) or canonicalize_name(Requirement(arg).name) == PROJECT:
+                    # This project (its wheel, or its source tree): its pinned requirements.
+                    pins.update(_installed_closure(PROJECT))
+                    pins.pop(PROJECT)
                     continue
                 requirement = Requirement(arg)
                 name = canonicalize_name(requirement.name)

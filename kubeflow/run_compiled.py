@@ -21,9 +21,15 @@ The handler replaces ``kfp.local.subprocess_task_handler.SubprocessTaskHandler``
 ``kfp.local`` looks up for ``SubprocessRunner`` when it runs a task); verified with kfp 2.17.0
 (``kubeflow/local-run-requirements.txt``).
 
+Run-time parameters (``NAME=VALUE``) are parsed as ``kfp run create`` (KFP 2.17) parses
+them and passed to the pipeline, whose declared defaults fill in the rest; an unknown name is
+refused with the known ones. ``--workdir`` is every task's working directory (the image's
+``WORKDIR``, where ``python -m`` looks first for modules).
+
 Usage (what ``tfx-accum run-compiled`` runs)::
 
-    KFP_PYTHON run_compiled.py SPEC.yaml --tfx-python PYTHON [--pipeline-root DIR]
+    KFP_PYTHON run_compiled.py SPEC.yaml [NAME=VALUE ...] --tfx-python PYTHON
+        [--workdir DIR] [--pipeline-root DIR] [--no-cache]
 """
 
 from __future__ import annotations
@@ -58,7 +64,7 @@ def _typed_inputs(command: list[str]) -> list[str]:
     return fixed
 
 
-def _make_handler(tfx_python: str):
+def _make_handler(tfx_python: str, workdir: str | None):
     from kfp.local import status, task_handler_interface
 
     class TfxContainerTaskHandler(task_handler_interface.ITaskHandler):
@@ -73,7 +79,9 @@ def _make_handler(tfx_python: str):
             command = _typed_inputs(self.full_command)
             if command and command[0] in ("python", "python3"):
                 command = [tfx_python, *command[1:]]
-            process = subprocess.run(command, env={**os.environ, **self.env_vars}, check=False)
+            process = subprocess.run(
+                command, env={**os.environ, **self.env_vars}, cwd=workdir, check=False
+            )
             return status.Status.SUCCESS if process.returncode == 0 else status.Status.FAILURE
 
     return TfxContainerTaskHandler
@@ -115,10 +123,32 @@ def problem_running_here(spec: dict, root: str | None) -> str | None:
     return None
 
 
+def parse_arguments(spec: dict, parameters: list[str]) -> tuple[dict, str | None]:
+    """``(arguments, problem)``: the run-time parameters ``NAME=VALUE``, typed as KFP does."""
+    from kfp.cli.utils.parsing import parse_parameter_value
+
+    declared = spec["root"].get("inputDefinitions", {}).get("parameters", {})
+    arguments = {}
+    for parameter in parameters:
+        name, _, text = parameter.partition("=")
+        if name not in declared:
+            return {}, (
+                f"the spec has no run-time parameter {name!r}; it has: "
+                + (", ".join(sorted(declared)) or "none")
+            )
+        value = parse_parameter_value(text)
+        if declared[name].get("parameterType") == "NUMBER_DOUBLE" and isinstance(value, int):
+            value = float(value)  # bless_threshold=1 is a number, as for the KFP backend
+        arguments[name] = value
+    return arguments, None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("spec", help="compiled pipeline YAML (tfx-accum compile --target kfp)")
+    parser.add_argument("parameters", nargs="*", metavar="NAME=VALUE")
     parser.add_argument("--tfx-python", required=True, help="interpreter standing in for the image")
+    parser.add_argument("--workdir", help="every task's working directory (the image's WORKDIR)")
     parser.add_argument("--pipeline-root", help="default: the spec's defaultPipelineRoot")
     parser.add_argument("--no-cache", action="store_true", help="run every task")
     args = parser.parse_args(argv)
@@ -128,6 +158,8 @@ def main(argv: list[str] | None = None) -> int:
     spec = with_component_prefix(documents[0])
     root = args.pipeline_root or spec.get("defaultPipelineRoot")
     problem = problem_running_here(spec, root)
+    arguments, bad_argument = parse_arguments(spec, args.parameters)
+    problem = problem or bad_argument
     if problem:
         print(f"tfx-accum run-compiled: error: {problem}", file=sys.stderr)
         return 2
@@ -135,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     from kfp import components, local
     from kfp.local import subprocess_task_handler
 
-    subprocess_task_handler.SubprocessTaskHandler = _make_handler(args.tfx_python)
+    subprocess_task_handler.SubprocessTaskHandler = _make_handler(args.tfx_python, args.workdir)
     local.init(
         runner=local.SubprocessRunner(use_venv=False),
         pipeline_root=os.path.abspath(root),
@@ -144,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     # The Kubernetes platform spec (node selectors, tolerations) has no meaning here.
     pipeline = components.load_component_from_text(yaml.safe_dump(spec))
-    pipeline()
+    pipeline(**arguments)
     return 0
 
 

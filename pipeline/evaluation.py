@@ -31,7 +31,7 @@ import tensorflow_model_analysis as tfma
 
 from tfx_accum.components import baseline_metrics, tasks
 from tfx_accum.components.export import LABELS_SIGNATURE, SERVING_SIGNATURE
-from tfx_accum.components.settings import Blessing
+from tfx_accum.components.settings import BLESS_METRICS, Blessing, check_threshold_range
 
 POSITIVE_CLASS = 1  # binary: class 1 is the positive class (scores[:, 1])
 CHANCE_AUC = 0.5
@@ -130,6 +130,28 @@ def _metric(name: str, blessing: Blessing) -> tfma.MetricConfig:
     elif threshold is not None:
         higher = blessing.spec.higher_is_better
         config.threshold.CopyFrom(_bound(lower=threshold) if higher else _bound(upper=threshold))
+    return config
+
+
+def with_bless_threshold(
+    config: tfma.EvalConfig, bless_metric: str, threshold: float
+) -> tfma.EvalConfig:
+    """``config`` (changed in place) with ``threshold`` as the bar on ``bless_metric`` (at
+    least, or at most for errors): a Kubeflow run's ``bless_threshold`` parameter.
+    ``ValueError`` where the value is outside the metric's range or the config lacks it."""
+    spec = BLESS_METRICS[bless_metric]
+    check_threshold_range(spec, threshold)
+    found = False
+    for metrics in config.metrics_specs:
+        for metric in metrics.metrics:
+            if metric.class_name == _CLASS_NAMES[bless_metric]:
+                bound = (
+                    _bound(lower=threshold) if spec.higher_is_better else _bound(upper=threshold)
+                )
+                metric.threshold.CopyFrom(bound)
+                found = True
+    if not found:
+        raise ValueError(f"the eval config has no {bless_metric} metric to set a threshold on")
     return config
 
 

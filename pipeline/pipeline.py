@@ -8,6 +8,10 @@ The Tuner and Trainer code is referenced by dotted path (``tuner_fn=``, ``run_fn
 Kubeflow compile needs no upload. There is no Resolver node (self-hosted Kubeflow
 Pipelines cannot run one): the Evaluator blesses a model that beats the trivial baseline
 on the eval split, and any fixed threshold asked for (pipeline/evaluation.py).
+
+The data root, the number of trials, the tuning epochs, the Trainer's updates and the
+blessing threshold are run-time parameters of a compiled pipeline
+(:mod:`tfx_accum.pipeline.run_parameters`); a local run gives them plain values.
 """
 
 from __future__ import annotations
@@ -23,10 +27,12 @@ from tfx_accum.components.search_space import SearchSpace
 from tfx_accum.components.settings import (
     BEST_TRIAL_BUDGET,
     TRAIN_STEPS,
+    Blessing,
     Hyperparameters,
     ModelSettings,
 )
 from tfx_accum.components.tfx_components import Trainer, Tuner
+from tfx_accum.pipeline import run_parameters as params
 from tfx_accum.pipeline.beam import pod_beam_args
 from tfx_accum.pipeline.evaluation import eval_config
 
@@ -72,6 +78,7 @@ def create_pipeline(
     parallel_trials: int = 1,
     data_format: str = "csv",
     schema_file: str | None = None,
+    runtime_parameters: bool = False,
 ) -> tfx.dsl.Pipeline:
     """Builds the pipeline. ``metadata_path=None`` leaves ML Metadata to the orchestrator.
 
@@ -90,6 +97,9 @@ def create_pipeline(
     integers get their values counted).
     ``bless_metric``, ``bless_threshold``: what the Evaluator blesses on, for the task of
     ``model_settings`` (:func:`~tfx_accum.pipeline.evaluation.eval_config`).
+    ``runtime_parameters``: the data root, ``max_trials``, ``tuning_epochs``,
+    ``train_steps`` and ``bless_threshold`` become ``RuntimeParameter`` s with these
+    values as defaults (for a Kubeflow compile).
 
     The Tuner and Trainer are TFX's, with StatisticsGen's statistics as an input
     (components/tfx_components.py): the data description is made from them.
@@ -98,8 +108,17 @@ def create_pipeline(
     model_settings = model_settings or ModelSettings()
     custom_config: dict[str, Any] = model_settings.to_custom_config()
     label_key = model_settings.label_key
+    run = params.RunParameters.of(
+        data_root=data_root,
+        max_trials=search_space.max_trials,
+        tuning_epochs=search_space.tuning_epochs,
+        train_steps=train_steps,
+        bless_threshold=params.NO_THRESHOLD if bless_threshold is None else bless_threshold,
+    )
+    if runtime_parameters:
+        run = run.runtime()
 
-    example_gen = example_gen_component(data_root, data_format)
+    example_gen = example_gen_component(run[params.DATA_ROOT], data_format)
     if schema_file:
         schema_gen = tfx.components.ImportSchemaGen(schema_file=schema_file)
         statistics_gen = tfx.components.StatisticsGen(
@@ -124,6 +143,7 @@ def create_pipeline(
         # whole eval split: its TrainArgs/EvalArgs are required by TFX but unused, and kept
         # constant so that --train-steps does not invalidate the Tuner's cache.
         tuner = Tuner(
+            run_parameters=run.for_component(params.TUNER),
             tuner_fn=TUNER_FN,
             examples=example_gen.outputs["examples"],
             schema=schema_gen.outputs["schema"],
@@ -153,24 +173,28 @@ def create_pipeline(
     if tune and train_steps_auto:
         trainer_config["train_budget"] = BEST_TRIAL_BUDGET
     trainer = Trainer(
+        run_parameters=run.for_component(params.TRAINER),
         run_fn=RUN_FN,
         examples=example_gen.outputs["examples"],
         schema=schema_gen.outputs["schema"],
         statistics=statistics,
         hyperparameters=best_hyperparameters,
-        train_args=tfx.proto.TrainArgs(num_steps=train_steps),
+        train_args=tfx.proto.TrainArgs(num_steps=train_steps),  # a run's train_steps override
         eval_args=tfx.proto.EvalArgs(),  # validation reads the whole eval split
         custom_config=trainer_config,
     )
-    evaluator = tfx.components.Evaluator(
+    blessing = Blessing.for_task(
+        tasks.evaluated_task(model_settings.task, model_settings.num_classes),
+        bless_metric,
+        bless_threshold,
+    )
+    evaluator = params.Evaluator(
+        run_parameters=run.for_component(params.EVALUATOR),
+        bless_metric=blessing.metric,
         examples=example_gen.outputs["examples"],
         model=trainer.outputs["model"],
         eval_config=eval_config(
-            tasks.evaluated_task(model_settings.task, model_settings.num_classes),
-            label_key,
-            model_settings.num_classes,
-            bless_metric,
-            bless_threshold,
+            blessing.task, label_key, model_settings.num_classes, blessing.metric, bless_threshold
         ),
     )
     pusher = tfx.components.Pusher(

@@ -28,3 +28,12 @@ def first_run(tmp_path_factory):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     assert proc.stderr == "", proc.stderr[-3000:]  # nothing but our lines, all on stdout
     return out, proc.stdout, seconds
+
+
+# The container image's layout, replayed without Docker (tests/image_layout.py): shared by
+# the installed-wheel tests and the compiled spec's run (about a minute, once a session).
+@pytest.fixture(scope="session")
+def image(tmp_path_factory):
+    from image_layout import replayed_image
+
+    return replayed_image(tmp_path_factory.mktemp("image"))

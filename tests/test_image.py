@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tfx_accum.kubeflow.check_image_wheels import check
 
 DOCKERFILE = Path(__file__).resolve().parents[1] / "kubeflow" / "Dockerfile"
@@ -41,3 +43,103 @@ def test_the_old_image_would_have_failed_the_check():
     assert any(p.startswith("pyfarmhash==0.3.2 has no wheel") for p in problems), problems
     assert any("tpu: 2 TensorFlow distributions" in p for p in problems), problems
     assert any(p.startswith("tensorflow-tpu is not pinned") for p in problems), problems
+
+
+# --- the image's layout (kubeflow/Dockerfile read and replayed without Docker) ---
+
+# The layout of the image before issue #19 (commit f5406ed): the project installed from
+# sources copied into the WORKDIR, which `python -m` and `python -c` put first on sys.path.
+# (Its install line gains --no-compile here, to spare the test the bytecode: the failure
+# does not depend on it.)
+OLD_LAYOUT = """
+FROM python:3.10-slim-bookworm AS builder
+COPY constraints.txt /tmp/constraints.txt
+RUN python -m pip wheel --no-deps -c /tmp/constraints.txt -w /wheels \\
+      pyfarmhash google-apitools kfp kfp-server-api rouge-score
+FROM python:3.10-slim-bookworm
+ARG ACCELERATOR=gpu
+WORKDIR /opt/tfx-accum
+COPY --from=builder /wheels /wheels
+COPY pyproject.toml constraints.txt README.md ./
+COPY tfx_accum ./tfx_accum
+COPY components ./components
+COPY pipeline ./pipeline
+COPY kubeflow ./kubeflow
+RUN python -m pip install --no-compile --only-binary=:all: --find-links /wheels \\
+      -c constraints.txt . \\
+ && python -c "import tfx_accum.components, tfx, keras; assert keras.__version__.startswith('3')"
+"""
+
+
+def test_the_image_installs_its_wheel_as_a_user_of_its_own_with_an_empty_workdir():
+    from tfx_accum.kubeflow import dockerfile
+
+    builder, final = dockerfile.parse(DOCKERFILE.read_text())
+    # The project's wheel is built in the builder stage from its sources ...
+    assert any(
+        "pip wheel" in run.arguments and "/src" in run.arguments for run in builder.all("RUN")
+    )
+    # ... and the image copies nothing of them: only the wheels and the lock.
+    copies = [dockerfile.copy_arguments(c) for c in final.all("COPY")]
+    assert copies == [
+        ("builder", ["/wheels"], "/wheels"),
+        (None, ["constraints.txt"], "/wheels/constraints.txt"),
+    ]
+    install = " ".join(run.arguments for run in final.all("RUN"))
+    assert "--compile" in install and " tfx-accum" in install
+    assert final.last("USER") not in (None, "root", "0")
+    assert final.last("WORKDIR") == "/home/tfx"
+    assert final.all("RUN")[-1].arguments == "python -m tfx_accum.kubeflow.image_check"
+
+
+def test_the_build_context_leaves_out_the_environment_and_caches():
+    from tfx_accum.kubeflow.image_replay import ignore_patterns, ignored
+
+    patterns = ignore_patterns(DOCKERFILE.parents[1])
+    for path in (
+        ".venv/lib/python3.10/site-packages/x.py",
+        ".git/HEAD",
+        "components/__pycache__/a.pyc",
+        "tests/test_image.py",
+    ):
+        assert ignored(path, patterns), path
+    for path in ("components/accumulation.py", "kubeflow/node_pools.yaml", "constraints.txt"):
+        assert not ignored(path, patterns), path
+
+
+def test_the_image_check_finds_missing_and_stale_bytecode(tmp_path):
+    import os
+    import py_compile
+
+    from tfx_accum.kubeflow.image_check import missing_bytecode
+
+    module = tmp_path / "module.py"
+    module.write_text("VALUE = 1\n")
+    (tmp_path / "template.py").write_text("{% if x %}not python{% endif %}\n")  # skipped
+    assert missing_bytecode([tmp_path]) == ([module], 2)
+    py_compile.compile(str(module))
+    assert missing_bytecode([tmp_path]) == ([], 2)
+    os.utime(module, (1, 1))  # the source changed after compiling: stale
+    assert missing_bytecode([tmp_path]) == ([module], 2)
+
+
+def test_the_replayed_image_carries_bytecode_and_nothing_in_its_workdir(image):
+    from tfx_accum.kubeflow.image_check import missing_bytecode
+
+    (site_packages,) = (image.python.parent.parent / "lib").glob("python*/site-packages")
+    missing, checked = missing_bytecode([site_packages / "tfx_accum", site_packages / "tfx"])
+    assert missing == [] and checked > 500
+    assert list(image.workdir.iterdir()) == []
+    assert image.env["PYTHONDONTWRITEBYTECODE"] == "1" and image.user == "tfx"
+    # Only the system steps were left to Docker.
+    assert [s.split()[0] for s in image.skipped] == ["apt-get", "useradd"]
+
+
+def test_the_old_layout_shadows_the_installed_package(tmp_path):
+    """Replayed, the layout before #19 fails where `docker build` failed: its own check."""
+    from tfx_accum.kubeflow.image_replay import ReplayError, replay
+
+    old = tmp_path / "Dockerfile"
+    old.write_text(OLD_LAYOUT)
+    with pytest.raises(ReplayError, match="No module named 'tfx_accum.components'"):
+        replay(old, DOCKERFILE.parents[1], tmp_path / "replay", variant="cpu")

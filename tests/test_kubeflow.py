@@ -14,7 +14,8 @@ import yaml
 from tfx_accum.components.search_space import SearchSpace
 from tfx_accum.pipeline import InputError
 from tfx_accum.pipeline.cli import main
-from tfx_accum.pipeline.kubeflow import compile_pipeline, get_profile, load_profiles
+from tfx_accum.pipeline.kubeflow import compile_pipeline
+from tfx_accum.pipeline.kubeflow_profiles import get_profile, load_profiles
 
 ROOT = Path(__file__).resolve().parents[1]
 SPEC_DIR = ROOT / ".venv" / "kfp-spec"
@@ -343,3 +344,224 @@ def test_tfrecord_data_compiles_to_an_uncached_import_example_gen(tmp_path):
             "producerTask"
         ]
     )
+
+
+# --- run-time parameters ---
+
+RUN_PARAMETERS = {
+    "data_root": ("STRING", ARGS["data_root"]),
+    "max_trials": ("NUMBER_INTEGER", 3),
+    "tuning_epochs": ("NUMBER_INTEGER", 4),
+    "train_steps": ("NUMBER_INTEGER", 300),
+    "bless_threshold": ("NUMBER_DOUBLE", -1.0),  # none: only beat the trivial baseline
+}
+# Where each parameter goes: the task and the execution property it sets.
+WIRING = {
+    ("CsvExampleGen", "input_base"): "data_root",
+    ("Tuner", "max_trials"): "max_trials",
+    ("Tuner", "tuning_epochs"): "tuning_epochs",
+    ("Trainer", "train_steps"): "train_steps",
+    ("Evaluator", "bless_threshold"): "bless_threshold",
+}
+
+
+@pytest.mark.parametrize("pool", ["gpu", "vertex"])
+def test_the_compiled_spec_declares_the_run_time_parameters(compiled, pool):
+    path = compiled[pool]
+    if pool == "vertex":  # schema 2.0.0: the older parameter types, defaults in the job too
+        job = json.loads(path.read_text())
+        spec = job["pipelineSpec"]
+        legacy = {"NUMBER_INTEGER": "intValue", "NUMBER_DOUBLE": "doubleValue"}
+        assert job["runtimeConfig"]["parameters"] == {
+            name: {legacy.get(kind, "stringValue"): str(v) if kind == "NUMBER_INTEGER" else v}
+            for name, (kind, v) in RUN_PARAMETERS.items()
+        }
+        kinds = {"INT": "NUMBER_INTEGER", "DOUBLE": "NUMBER_DOUBLE", "STRING": "STRING"}
+    else:
+        spec = next(yaml.safe_load_all(path.read_text()))
+        kinds = {}
+    declared = spec["root"]["inputDefinitions"]["parameters"]
+    assert {
+        name: (p.get("parameterType") or kinds[p["type"]], p["defaultValue"])
+        for name, p in declared.items()
+    } == RUN_PARAMETERS
+    assert all(p["isOptional"] for p in declared.values())
+    tasks = spec["root"]["dag"]["tasks"]
+    for (task, prop), name in WIRING.items():
+        assert tasks[task]["inputs"]["parameters"][prop] == {"componentInputParameter": name}
+    # With the default --train-steps (the CLI's), the Trainer trains the best trial's budget,
+    # which the Tuner's decision carries (a run's tuning_epochs reaches it that way).
+    trainer = tasks["Trainer"]["inputs"]["parameters"]
+    assert "tuning_epochs" not in trainer
+
+
+def test_the_run_time_parameters_follow_the_compile_options(tmp_path):
+    output = tmp_path / "no-tune.yaml"
+    assert main(compile_argv("cpu", output, "--no-tune", "--train-steps", "50")) == 0
+    spec = next(yaml.safe_load_all(output.read_text()))
+    declared = spec["root"]["inputDefinitions"]["parameters"]
+    # No Tuner: no max_trials or tuning_epochs to set.
+    assert {n: p["defaultValue"] for n, p in declared.items()} == {
+        "data_root": ARGS["data_root"],
+        "train_steps": 50,
+        "bless_threshold": -1.0,
+    }
+    assert "train_steps: 50" in output.read_text().splitlines()[2].replace("=", ": ")
+
+
+def test_the_executors_put_a_runs_values_where_tfx_and_the_modules_read_them():
+    from tfx_accum.pipeline import run_parameters as params
+
+    tuner = params.tuner_properties(
+        {"custom_config": json.dumps({"search_space": {"max_trials": 8, "tuning_epochs": 4}}),
+         "max_trials": 20, "tuning_epochs": 2}
+    )  # fmt: skip
+    assert json.loads(tuner["custom_config"])["search_space"] == {
+        "max_trials": 20,
+        "tuning_epochs": 2,
+    }
+    trainer = params.trainer_properties({"train_args": '{"num_steps": 300}', "train_steps": 1000})
+    assert json.loads(trainer["train_args"]) == {"num_steps": 1000}
+
+    import tensorflow_model_analysis as tfma
+    from google.protobuf import json_format
+
+    from tfx_accum.pipeline.evaluation import eval_config
+
+    def accuracy_bound(properties):
+        config = json_format.Parse(properties["eval_config"], tfma.EvalConfig())
+        (metric,) = [
+            m
+            for spec in config.metrics_specs
+            for m in spec.metrics
+            if m.class_name == "SparseCategoricalAccuracy"
+        ]
+        return metric.threshold.value_threshold.lower_bound.value
+
+    compiled = json_format.MessageToJson(eval_config("multiclass", "label", 10, "accuracy", 0.95))
+    given = {"eval_config": compiled, "bless_metric": "accuracy"}
+    assert accuracy_bound(params.evaluator_properties({**given, "bless_threshold": 0.5})) == 0.5
+    # No threshold (a negative value, the default without --bless-threshold): as compiled.
+    assert accuracy_bound(params.evaluator_properties({**given, "bless_threshold": -1.0})) == 0.95
+    # A run's bad value stops the task with the parameter's name.
+    with pytest.raises(ValueError, match="run-time parameter `max_trials` must be an int >= 1"):
+        params.tuner_properties(
+            {"custom_config": json.dumps({"search_space": {}}), "max_trials": 0}
+        )
+    with pytest.raises(ValueError, match="run-time parameter bless_threshold: .* outside"):
+        params.evaluator_properties({**given, "bless_threshold": 1.5})
+
+
+def test_a_local_pipeline_takes_plain_values():
+    from tfx.orchestration import data_types
+
+    from tfx_accum.pipeline.pipeline import create_pipeline
+
+    pipeline = create_pipeline("p", "/r", "/d", "/s", train_steps=42)
+    for component in pipeline.components:
+        assert not [
+            v for v in component.exec_properties.values()
+            if isinstance(v, data_types.RuntimeParameter)
+        ], component.id  # fmt: skip
+    trainer = next(c for c in pipeline.components if c.id == "Trainer")
+    assert trainer.exec_properties["train_steps"] == 42
+
+
+# --- parallel trials: one GPU per worker ---
+
+
+def test_a_multi_gpu_pod_gives_each_worker_its_own_gpu(tmp_path):
+    """What the a100x4 spec asks for, and how its Tuner pod shares the GPUs out."""
+    from tfx_accum.components.parallel_search import GpuSlots, plan_workers
+
+    output = tmp_path / "a100x4.yaml"
+    assert main(compile_argv("a100x4", output)) == 0
+    spec = next(yaml.safe_load_all(output.read_text()))
+    requested = _tuner_custom_config(output)["parallel_trials"]
+    env = {
+        e["name"]: e["value"]
+        for e in spec["deploymentSpec"]["executors"]["Tuner_executor"]["container"]["env"]
+    }
+    gpus = int(env["TFX_ACCUM_ACCELERATOR"].split(":")[1])
+    workers, why = plan_workers(requested, trials_left=8, gpus=gpus, cpus=46)
+    assert (requested, gpus, workers, why) == (4, 4, 4, None)
+    slots = GpuSlots(gpus)
+    assert sorted(slots.take(i) for i in range(workers)) == [0, 1, 2, 3]
+
+
+def test_more_parallel_trials_than_gpus_are_refused_at_compile_time(tmp_path, capsys):
+    output = tmp_path / "x.yaml"
+    assert main(compile_argv("a100x4", output, "--parallel-trials", "8")) == 2
+    assert "--parallel-trials 8 is more than the 4 GPU(s) of node pool 'a100x4'" in (
+        capsys.readouterr().err
+    )
+    assert not output.exists()
+    extra = tmp_path / "pools.yaml"
+    extra.write_text(
+        "l4x2:\n  accelerator: {kind: gpu, count: 2, gke_label: nvidia-l4}\n"
+        "  cpu: 16\n  memory: 64G\n  parallel_trials: 3\n"
+    )
+    with pytest.raises(InputError, match="parallel_trials` 3 is more than the pool's 2 GPU"):
+        get_profile("l4x2", extra)
+
+
+# --- the guide's commands are the ones the tests run ---
+
+GUIDE = ROOT / "kubeflow" / "README.md"
+
+
+def _guide_commands(program: str) -> list[list[str]]:
+    """The guide's shell commands that start with ``program``, continuation lines joined."""
+    import re
+    import shlex
+
+    blocks = re.findall(r"```bash\n(.*?)```", GUIDE.read_text(), re.S)
+    commands = []
+    for block in blocks:
+        for line in re.sub(r"\\\n\s*", " ", block).splitlines():
+            line = line.split("  #")[0].strip()
+            words = shlex.split(line.split(" # ")[0]) if line else []
+            while words and "=" in words[0] and not words[0].startswith("-"):
+                words = words[1:]  # VAR=value prefixes
+            if words[:1] == [program] or words[:1] == [f"${program.upper()}"]:
+                commands.append(words)
+    return commands
+
+
+def test_the_guides_tfx_accum_commands_parse_as_the_tests_run_them():
+    from tfx_accum.pipeline.cli import build_parser
+
+    commands = _guide_commands("tfx-accum")
+    kinds = {words[1] for words in commands}
+    assert {"compile", "run-compiled"} <= kinds, kinds
+    parser = build_parser()
+    for words in commands:
+        if "..." in words:
+            continue  # an elided example
+        args = parser.parse_args(words[1:])
+        if args.command == "run-compiled":
+            # As tests/test_kubeflow_local.py runs it: the image's python and WORKDIR.
+            assert args.image_python and args.workdir, words
+            names = {p.split("=")[0] for p in args.parameters}
+            assert names <= set(RUN_PARAMETERS), names
+
+
+def test_the_guides_kfp_run_parameters_are_the_specs():
+    runs = [w for w in _guide_commands("kfp") if "run" in w and "create" in w]
+    assert runs
+    names = {w.split("=")[0] for words in runs for w in words if "=" in w and w[0] != "-"}
+    assert names and names <= set(RUN_PARAMETERS), names
+
+
+def test_run_compiled_refuses_a_parameter_the_spec_does_not_declare(tmp_path, capfd):
+    spec = tmp_path / "local.yaml"
+    argv = [
+        "compile", "--node-pool", "cpu", "--output", str(spec), "--image", IMAGE,
+        "--pipeline-root", str(tmp_path / "root"), "--data-root", str(tmp_path / "data"),
+    ]  # fmt: skip
+    assert main(argv) == 0
+    assert main(["run-compiled", str(spec), "max_trail=4"]) == 2
+    message = capfd.readouterr().err
+    assert "no run-time parameter 'max_trail'; it has: bless_threshold, data_root" in message
+    assert main(["run-compiled", str(spec), "max_trials"]) == 2  # not NAME=VALUE
+    assert not (tmp_path / "root").exists()  # nothing ran

@@ -1,17 +1,15 @@
-"""The built wheel, installed outside the source tree, compiles a Kubeflow spec and is exact.
+"""The built wheel, installed as the image installs it, compiles a Kubeflow spec and is exact.
 
-The wheel is built from the repository and installed with ``--no-deps`` into a fresh
-virtual environment whose only other path is the project environment's site-packages
-(added by a ``.pth`` file, which does not run the editable install's finder): so
-``tfx_accum`` can only come from the wheel. Everything runs from a temporary directory.
+The wheel is the one the Dockerfile's builder stage builds, and the environment is the
+image's (the ``image`` fixture: the Dockerfile's own install lines replayed into a fresh
+virtual environment, non-editable, with no path to the source tree): so ``tfx_accum`` can
+only come from the wheel. Everything runs from a temporary directory.
 """
 
 from __future__ import annotations
 
 import json
-import site
 import subprocess
-import sys
 import zipfile
 from pathlib import Path
 
@@ -47,29 +45,14 @@ print(json.dumps({"diff": diff, "file": tfx_accum.__file__, "version": tfx_accum
 
 
 @pytest.fixture(scope="module")
-def wheel_env(tmp_path_factory):
-    work = tmp_path_factory.mktemp("wheel")
-    built = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(work), str(ROOT)],
-        capture_output=True,
-        text=True,
-    )
-    assert built.returncode == 0, built.stderr[-3000:]
-    wheel = next(work.glob("tfx_accum-*.whl"))
-    base_python = (
-        Path(sys.base_prefix) / "bin" / f"python{sys.version_info[0]}.{sys.version_info[1]}"
-    )
-    venv = work / "venv"
-    subprocess.run([str(base_python), "-m", "venv", str(venv)], check=True)
-    venv_site = next((venv / "lib").glob("python*/site-packages"))
-    (venv_site / "project_deps.pth").write_text("\n".join(site.getsitepackages()) + "\n")
-    installed = subprocess.run(
-        [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--no-deps", str(wheel)],
-        capture_output=True,
-        text=True,
-    )
-    assert installed.returncode == 0, installed.stderr[-3000:]
-    return wheel, venv, work
+def wheel_env(image, tmp_path_factory):
+    (wheel,) = (image.stage_roots["builder"] / "wheels").glob("tfx_accum-*.whl")
+    venv = image.python.parent.parent
+    (site_packages,) = (venv / "lib").glob("python*/site-packages")
+    # Installed, not editable: no finder or path file leads back to the source tree.
+    assert not list(site_packages.glob("__editable__*"))
+    assert not [p for p in site_packages.glob("*.pth") if str(ROOT) in p.read_text()]
+    return wheel, venv, tmp_path_factory.mktemp("wheel")
 
 
 def test_wheel_installs_no_colliding_top_level_packages(wheel_env):
