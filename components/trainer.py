@@ -27,7 +27,6 @@ import tensorflow as tf
 from tfx import v1 as tfx
 
 from tfx_accum import console
-from tfx_accum.components import keras_adapter as adapter
 from tfx_accum.components.data import (
     batched,
     load_splits,
@@ -44,6 +43,7 @@ from tfx_accum.components.settings import (
     ModelSettings,
 )
 from tfx_accum.components.strategy import choose_strategy, replica_plan
+from tfx_accum.components.training_backup import TrainingBackup
 
 TRAINING_SEED = 0
 
@@ -93,7 +93,7 @@ class ProgressLine(keras.callbacks.Callback):
         self._last_done = 0
 
     def on_train_begin(self, logs=None):
-        # After BackupAndRestore (earlier in the list): a resumed run counts on from there.
+        # After TrainingBackup (earlier in the list): a resumed run counts on from there.
         self.done = self._last_done = int(self.model.optimizer.iterations)
         self._start = self._last = time.monotonic()
 
@@ -145,7 +145,8 @@ def run_fn(fn_args: tfx.components.FnArgs) -> None:
     backup_dir = backup_location(fn_args, hp, settings)
     # A resumed run starts at the same place of the same shuffled stream (the stream is a
     # function of the seed only), so it ends with the weights of an uninterrupted run.
-    resumed_epoch = adapter.backup_epoch(backup_dir)
+    backup = TrainingBackup(backup_dir)  # complete or absent, never a stuck directory
+    resumed_epoch = backup.restore_point()
     train = batched(splits.train, plan.global_batch, shuffle_seed=0, drop_remainder=tpu)
     if resumed_epoch:
         train = train.skip(resumed_epoch * steps_per_epoch)
@@ -153,7 +154,7 @@ def run_fn(fn_args: tfx.components.FnArgs) -> None:
     callbacks = [
         # Restores weights, optimizer state and the epoch after an interruption (a killed
         # process, a preempted Kubeflow pod that is retried); saved at every epoch's end.
-        keras.callbacks.BackupAndRestore(backup_dir, save_freq="epoch", delete_checkpoint=False),
+        backup,
         keras.callbacks.TensorBoard(log_dir=fn_args.model_run_dir, update_freq="epoch"),
         StopAfterUpdates(updates),
         ProgressLine(updates, plan.global_batch),
@@ -170,6 +171,7 @@ def run_fn(fn_args: tfx.components.FnArgs) -> None:
         train,
         steps_per_epoch=steps_per_epoch,
         epochs=epochs,
+        initial_epoch=resumed_epoch,
         validation_data=validation,
         callbacks=callbacks,
         verbose=0,
@@ -181,7 +183,7 @@ def run_fn(fn_args: tfx.components.FnArgs) -> None:
         )
     write_budget(fn_args.model_run_dir, updates, plan.global_batch)
     export_serving_model(model, splits.data, splits.preprocessor, fn_args.serving_model_dir)
-    tf.io.gfile.rmtree(backup_dir)  # finished: a later run with these inputs starts afresh
+    backup.delete()  # finished: a later run with these inputs starts afresh
 
 
 BUDGET_FILE = "budget.json"  # in the ModelRun artifact; the run summary reads it

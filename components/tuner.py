@@ -31,7 +31,7 @@ import keras_tuner
 import tensorflow as tf
 
 from tfx_accum import console
-from tfx_accum.components import parallel_search
+from tfx_accum.components import parallel_search, search_state
 from tfx_accum.components.data import Splits, batched, load_splits, location_for_inputs
 from tfx_accum.components.keras_tuner_adapter import DeclaredSpaceMixin, NoSessionResetMixin
 from tfx_accum.components.micro_batch_probe import fitting_micro_batches, gpu_present
@@ -61,6 +61,7 @@ from tfx_accum.components.strategy import (
 )
 
 OBJECTIVE = "val_accuracy"
+PROJECT_NAME = "tfx_accum"  # Keras Tuner's project folder inside the search directory
 _OURS = (HP_ACCUMULATION_STEPS, HP_MICRO_BATCH_SIZE, HP_LEARNING_RATE)
 
 
@@ -566,11 +567,13 @@ def make_tuner(
     ``resume``: continue a search already in ``directory`` (Keras Tuner reloads its oracle
     and trials; finished trials are not run again, an interrupted one is run again).
     """
+    # Atomic state writes; a damaged state is set aside and rebuilt from the trial files.
+    recovered = search_state.prepare(directory, PROJECT_NAME, resume)
     common: dict[str, Any] = dict(
         hypermodel=hypermodel,
         objective=keras_tuner.Objective(OBJECTIVE, direction="max"),
         directory=directory,
-        project_name="tfx_accum",
+        project_name=PROJECT_NAME,
         seed=space.seed,
         overwrite=not resume,
         max_retries_per_trial=0,
@@ -590,6 +593,7 @@ def make_tuner(
             max_epochs=space.tuning_epochs, factor=3, hyperband_iterations=1, **common
         )
     _shape_proposals(tuner.oracle, space)
+    search_state.readmit(tuner, recovered)
     return tuner
 
 

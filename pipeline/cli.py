@@ -26,7 +26,7 @@ from pathlib import Path
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 warnings.filterwarnings("ignore", category=FutureWarning, module=r"google\..*")
 
-from tfx_accum import console  # noqa: E402
+from tfx_accum import console, interrupts  # noqa: E402
 from tfx_accum.components import settings  # noqa: E402
 from tfx_accum.components.search_space import ALGORITHMS, SearchSpace  # noqa: E402
 from tfx_accum.pipeline import config  # noqa: E402
@@ -340,7 +340,9 @@ def _check_common(args: argparse.Namespace) -> None:
         raise InputError(f"--accuracy-threshold must be in [0, 1], got {args.accuracy_threshold}.")
 
 
-def _summary_lines(summary, accuracy_threshold: float, trial_files, seconds: float) -> list[str]:
+def _summary_lines(
+    summary, accuracy_threshold: float, trial_files, seconds: float, allow_unblessed: bool = False
+) -> list[str]:
     lines = ["", "=== tfx-accum summary ==="]
     if summary.best_hyperparameters:
         hp = summary.best_hyperparameters
@@ -372,9 +374,14 @@ def _summary_lines(summary, accuracy_threshold: float, trial_files, seconds: flo
     if summary.blessed or summary.blessed is None:
         lines.append(f"blessed: {'yes' if summary.blessed else 'unknown'}")
     else:
+        exit_code = (
+            f"exit code 0 as --allow-unblessed asks (else {EXIT_UNBLESSED})"
+            if allow_unblessed
+            else f"exit code {EXIT_UNBLESSED} (--allow-unblessed to exit 0)"
+        )
         lines.append(
             f"blessed: no (evaluation accuracy below the threshold {accuracy_threshold}): "
-            f"not pushed; exit code {EXIT_UNBLESSED} (--allow-unblessed to exit 0)"
+            f"not pushed; {exit_code}"
         )
     lines.append(f"pushed to: {summary.pushed_to or 'not pushed'}")
     lines.append(trial_files)
@@ -421,6 +428,10 @@ def _model_for(args: argparse.Namespace, summary) -> str:
         embedded_grid = args.data_root is None and not has_image
         model = "cnn" if has_image or embedded_grid else settings.DEFAULT_MODEL
     if settings.is_model_function(model):
+        from tfx_accum.pipeline.model_path import add_current_directory
+
+        if added := add_current_directory(model):
+            console.say(added)
         # TensorFlow's start-up lines are not the run's: the console stays clean.
         with console.capture(os.devnull, verbose=args.verbose):
             import keras_tuner
@@ -482,8 +493,16 @@ def _run(args: argparse.Namespace) -> int:
         )
     else:
         checked = None
-    # The model must suit the data.
+    # The model must suit the data, and the batch must fit in it.
     model_name = _model_for(args, checked or embedded_summary(args.embedded))
+    from tfx_accum.pipeline import bounds
+
+    for line in bounds.check(
+        checked or embedded_summary(args.embedded),
+        settings_["hyperparameters"],
+        settings_["search_space"],
+    ):
+        console.say(line)
     with output_dirs.claim(output_dir):
         data_root, checked = prepare_data(
             args.data_root,
@@ -505,9 +524,9 @@ def _run(args: argparse.Namespace) -> int:
             console.say(f"[data] warning: {checked.label_warning()}")
         log = output_dir / "logs" / time.strftime("run-%Y%m%d-%H%M%S.log")
         run_started = datetime.datetime.now().isoformat()
-        with console.capture(log, verbose=args.verbose):
-            console.say(f"[tfx-accum] log: {log}")
-            run = _LocalRun(data_root, checked, model_name, log, run_started, start)
+        with console.capture(log, verbose=args.verbose) as captured:
+            console.say(f"[tfx-accum] log: {captured.path}")
+            run = _LocalRun(data_root, checked, model_name, captured.path, run_started, start)
             return _run_pipeline(args, settings_, output_dir, run)
 
 
@@ -524,7 +543,7 @@ class _LocalRun:
 
 
 def _run_pipeline(args, settings_, output_dir: Path, run: _LocalRun) -> int:
-    from tfx_accum.pipeline import local_runner
+    from tfx_accum.pipeline import failures, local_runner
     from tfx_accum.pipeline.report import mark_unfinished_as_canceled, read_summary
 
     metadata = str(output_dir / "metadata.sqlite")
@@ -552,28 +571,17 @@ def _run_pipeline(args, settings_, output_dir: Path, run: _LocalRun) -> int:
     except InputError:
         raise  # bad input: main prints it as one line, exit 2
     except KeyboardInterrupt:
-        stopped = (
-            mark_unfinished_as_canceled(metadata, run.run_started)
-            if Path(metadata).exists()
-            else []
-        )
-        where = ", ".join(stopped) or local_runner.current_component() or "the run"
-        console.say(
-            f"[tfx-accum] interrupted: {where} stopped and marked canceled; the next run "
-            "resumes from the cache (the Trainer from its last backup)."
-        )
-        return 130
+        return failures.interrupted(metadata, run.run_started, local_runner.current_component())
     except Exception as error:  # noqa: BLE001 - reported with its cause, then exit 1
-        cause = console.tail(8)
-        console.say(f"tfx-accum run: error: {type(error).__name__}: {error}".strip())
-        if cause:
-            console.say("last lines of the log:")
-            for line in cause:
-                console.say(f"  {line[:200]}")
-        console.say(f"full log: {run.log}")
-        return 1
+        if interrupts.requested():  # a library turned the interrupt into an error
+            return failures.interrupted(metadata, run.run_started, local_runner.current_component())
+        return failures.failed(error, run.log, output_dir)
     for line in _summary_lines(
-        summary, args.accuracy_threshold, trial_files, time.monotonic() - run.start
+        summary,
+        args.accuracy_threshold,
+        trial_files,
+        time.monotonic() - run.start,
+        args.allow_unblessed,
     ):
         console.say(line)
     if summary.blessed is False and not args.allow_unblessed:
@@ -647,7 +655,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             return run_compiled(args)
         _check_common(args)
-        return _run(args) if args.command == "run" else _compile(args)
+        if args.command != "run":
+            return _compile(args)
+        with interrupts.handled():  # SIGINT and SIGTERM: one line, exit 130, everywhere
+            return _run(args)
     except InputError as error:  # bad input: a clear message, no traceback
         print(f"tfx-accum {args.command}: error: {error}", file=sys.stderr)
         return 2

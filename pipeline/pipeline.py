@@ -18,7 +18,9 @@ import tensorflow_model_analysis as tfma
 from tfx import v1 as tfx
 from tfx.proto import example_gen_pb2
 
+from tfx_accum.components.example_fingerprint import CsvExampleGen, ImportExampleGen
 from tfx_accum.components.export import LABELS_SIGNATURE, OUTPUT_KEY, SERVING_SIGNATURE
+from tfx_accum.components.pusher import Pusher
 from tfx_accum.components.search_space import SearchSpace
 from tfx_accum.components.settings import (
     ACCURACY_THRESHOLD,
@@ -27,6 +29,7 @@ from tfx_accum.components.settings import (
     ModelSettings,
 )
 from tfx_accum.pipeline.beam import pod_beam_args
+from tfx_accum.pipeline.data_files import PATTERNS  # ExampleGen's, read by the input checks
 
 TUNER_FN = "tfx_accum.components.tuner.tuner_fn"
 RUN_FN = "tfx_accum.components.trainer.run_fn"
@@ -64,10 +67,6 @@ def eval_config(label_key: str, accuracy_threshold: float) -> tfma.EvalConfig:
     )
 
 
-# ExampleGen's file pattern per data format (pipeline/data.py detects the format).
-PATTERNS = {"csv": "*.csv", "tfrecord": "*.tfrecord*"}
-
-
 def example_gen_component(data_root: str, data_format: str):
     """CsvExampleGen for CSV files, ImportExampleGen for TFRecords of tf.Examples."""
     if data_format not in PATTERNS:
@@ -77,9 +76,10 @@ def example_gen_component(data_root: str, data_format: str):
     input_config = example_gen_pb2.Input(
         splits=[example_gen_pb2.Input.Split(name="single_split", pattern=PATTERNS[data_format])]
     )
+    # TFX's, fingerprinting what they write (checked before a cached output is trusted).
     if data_format == "csv":
-        return tfx.components.CsvExampleGen(input_base=data_root, input_config=input_config)
-    return tfx.components.ImportExampleGen(input_base=data_root, input_config=input_config)
+        return CsvExampleGen(input_base=data_root, input_config=input_config)
+    return ImportExampleGen(input_base=data_root, input_config=input_config)
 
 
 def create_pipeline(
@@ -173,7 +173,7 @@ def create_pipeline(
         model=trainer.outputs["model"],
         eval_config=eval_config(label_key, accuracy_threshold),
     )
-    pusher = tfx.components.Pusher(
+    pusher = Pusher(  # TFX's, publishing the model atomically (components/pusher.py)
         model=trainer.outputs["model"],
         model_blessing=evaluator.outputs["blessing"],
         push_destination=tfx.proto.PushDestination(

@@ -122,7 +122,8 @@ def test_a_failing_component_shows_its_cause_and_the_log(tmp_path, capfd, monkey
     monkeypatch.setattr(local_runner, "run_local", failing_run_local)
     data = tmp_path / "data"
     data.mkdir()
-    (data / "d.csv").write_text("a,label\n1,0\n2,1\n")
+    # Rows enough for the search's smallest batch (8) in the training split (pipeline/bounds.py).
+    (data / "d.csv").write_text("a,label\n" + "".join(f"{i},{i % 2}\n" for i in range(30)))
     assert main(["run", "--data-root", str(data), "--output-dir", str(tmp_path / "o")]) == 1
     out, err = capfd.readouterr()
     assert err == ""
