@@ -61,10 +61,14 @@ class Recovery:
     set_aside: list[str]  # the paths renamed
 
 
-def _readable_json(path: str) -> bool:
+def _readable(path: str) -> bool:
+    """Whether Keras Tuner can reload ``path`` (a trial's file: as a trial)."""
     try:
-        with tf.io.gfile.GFile(path) as handle:
-            json.loads(handle.read())
+        if os.path.basename(path) == "trial.json":
+            trial_module.Trial.load(path)
+        else:
+            with tf.io.gfile.GFile(path) as handle:
+                json.loads(handle.read())
         return True
     except Exception:  # noqa: BLE001 - a cut-short or garbled file
         return False
@@ -87,7 +91,7 @@ def prepare(directory: str, project_name: str, resume: bool) -> Recovery | None:
     state_files = [f"{project}/{name}" for name in tf.io.gfile.listdir(project)]
     state_files = [f for f in state_files if f.endswith(".json")]
     trial_files = tf.io.gfile.glob(f"{project}/trial_*/trial.json")
-    damaged = [f for f in [*state_files, *trial_files] if not _readable_json(f)]
+    damaged = [f for f in [*state_files, *trial_files] if not _readable(f)]
     if not damaged:
         return None
     trials, lost = {}, []

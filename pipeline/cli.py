@@ -547,15 +547,15 @@ def _run_pipeline(args, settings_, output_dir: Path, run: _LocalRun) -> int:
     from tfx_accum.pipeline.report import mark_unfinished_as_canceled, read_summary
 
     metadata = str(output_dir / "metadata.sqlite")
-    if Path(metadata).exists():
-        # We hold the directory's lock: anything still RUNNING was left by a killed run.
-        left = mark_unfinished_as_canceled(metadata, None)
-        if left:
-            console.say(
-                f"[tfx-accum] an earlier run was stopped during {', '.join(left)}; "
-                "marked canceled, running it again"
-            )
     try:
+        if Path(metadata).exists():
+            # We hold the directory's lock: anything still RUNNING was left by a killed run.
+            left = mark_unfinished_as_canceled(metadata, None)
+            if left:
+                console.say(
+                    f"[tfx-accum] an earlier run was stopped during {', '.join(left)}; "
+                    "marked canceled, running it again"
+                )
         paths = local_runner.run_local(
             data_root=run.data_root,
             checked=run.checked,

@@ -32,6 +32,7 @@ def interrupted(metadata: str, run_started: str, current: str | None) -> int:
     ``current``: the component that was running, if known (used when the metadata store
     cannot be read or written).
     """
+    interrupts.ignore_further()  # a second Ctrl-C must not cut this report short
     interrupts.stop_children()
     signal_name = interrupts.requested()
     by = f" by {signal_name}" if signal_name and signal_name != "SIGINT" else ""

@@ -50,7 +50,8 @@ def check(output_dir: Path) -> None:
             "pass a directory (it is created if missing)."
         )
     try:
-        output_dir.mkdir(parents=True, exist_ok=True)
+        with no_world_write():
+            output_dir.mkdir(parents=True, exist_ok=True)
         fd, probe = tempfile.mkstemp(dir=output_dir, prefix=".write-test-")
         os.close(fd)
         os.remove(probe)
@@ -81,12 +82,24 @@ def check(output_dir: Path) -> None:
 
 
 @contextlib.contextmanager
+def no_world_write() -> Iterator[None]:
+    """The process's umask also masks world-write in this block (the user's umask else)."""
+    umask = os.umask(0o022)
+    os.umask(umask | 0o002)
+    try:
+        yield
+    finally:
+        os.umask(umask)
+
+
+@contextlib.contextmanager
 def claim(output_dir: Path) -> Iterator[None]:
-    """Holds the output directory for this process; refuses if another run holds it."""
+    """Holds the output directory for this process; refuses if another run holds it.
+
+    While it is held, nothing the run creates is world-writable (:func:`no_world_write`).
+    """
     path = output_dir / LOCK_NAME
     fd = _open_lock(path)
-    umask = os.umask(0o022)
-    os.umask(umask | 0o002)  # never world-writable, whatever the user's umask
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -101,9 +114,9 @@ def claim(output_dir: Path) -> Iterator[None]:
         info["command"] = " ".join(sys.argv[:1] + sys.argv[1:8])
         with contextlib.suppress(OSError):  # who holds it is a courtesy (a full disk)
             os.write(fd, json.dumps(info).encode())
-        yield
+        with no_world_write():
+            yield
     finally:
-        os.umask(umask)
         os.close(fd)  # releases the lock
 
 

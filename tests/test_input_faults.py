@@ -163,7 +163,9 @@ def test_a_planted_symlink_in_the_output_directory_is_a_one_line_error(name, tmp
     out = tmp_path / "out"
     out.mkdir()
     (out / name).symlink_to(victim)
-    assert main(["run", "--output-dir", str(out), "--no-tune"]) == 2
+    # Checked first: before the data (which does not exist here) and before any write.
+    missing = str(tmp_path / "no-data")
+    assert main(["run", "--output-dir", str(out), "--no-tune", "--data-root", missing]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"{str(out / name)!r} is a symbolic link" in err, err
     assert list(victim.iterdir()) == []

@@ -14,9 +14,10 @@ import pytest
 from reliability_runs import fill, tmpfs
 
 from tfx_accum.components.search_space import SearchSpace
-from tfx_accum.components.tuner import PROJECT_NAME, AccumulationHyperModel, make_tuner
+from tfx_accum.components.tuner import AccumulationHyperModel, make_tuner
 
 SPACE = SearchSpace(algorithm="random", max_trials=6)
+PROJECT_NAME = "tfx_accum"  # tuner.PROJECT_NAME, Keras Tuner's project folder
 
 
 def _tuner(directory: Path, resume: bool):

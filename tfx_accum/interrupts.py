@@ -15,7 +15,8 @@ Inside :func:`handled` both signals raise ``KeyboardInterrupt`` in the main thre
 are remembered: :func:`requested` says that one came, whatever became of the exception,
 and :func:`check` raises it again at the next point where stopping is safe.
 :func:`stop_children` ends the processes this one started (Beam's workers, a parallel
-search's workers) when the run stops.
+search's workers) when the run stops, and a few seconds after a stop request in any case
+(a library's cleanup may wait for its workers forever).
 
 Example:
 
@@ -38,13 +39,21 @@ import threading
 import time
 from collections.abc import Iterator
 
-__all__ = ["check", "handled", "requested", "stop_children"]
+__all__ = ["check", "handled", "ignore_further", "requested", "stop_children"]
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
+# After a stop request, the run's child processes are stopped after this long even if the
+# main thread is still inside a library's cleanup: Beam's DirectRunner, interrupted while
+# its worker processes start, joins a thread that waits for them forever.
+CHILDREN_GRACE_SECONDS = 5.0
 _received: list[int] = []
 
 
 def _handler(signum, frame) -> None:
+    if not _received:
+        watchdog = threading.Timer(CHILDREN_GRACE_SECONDS, stop_children)
+        watchdog.daemon = True
+        watchdog.start()
     _received.append(signum)
     raise KeyboardInterrupt(signal.Signals(signum).name)
 
@@ -66,6 +75,13 @@ def handled() -> Iterator[None]:
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+
+
+def ignore_further() -> None:
+    """Ignores SIGINT and SIGTERM until :func:`handled` ends (while a stop is reported)."""
+    if threading.current_thread() is threading.main_thread():
+        for signum in SIGNALS:
+            signal.signal(signum, signal.SIG_IGN)
 
 
 def requested() -> str | None:
