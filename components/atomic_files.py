@@ -14,9 +14,8 @@ Files are created with the user's umask, never world-writable (see :func:`file_m
 Example:
 
 ```python
-atomic_write_text("out/report.json", text)        # all of text, or the old file
-with staged_directory("serving_model/17") as tmp:  # tmp: serving_model/.incoming-17-...
-    copy_model_into(tmp)                           # renamed to 17 when the block ends
+atomic_write_text("out/report.json", text)  # all of text, or the old file
+gfile_write_atomic("gs://bucket/state.json", text)  # the same for tf.io.gfile paths
 ```
 """
 
@@ -26,10 +25,9 @@ import contextlib
 import errno
 import os
 import re
-import shutil
 import tempfile
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 __all__ = [
@@ -40,7 +38,6 @@ __all__ = [
     "gfile_write_atomic",
     "raise_if_disk_full",
     "set_aside",
-    "staged_directory",
 ]
 
 _NO_WORLD_WRITE = 0o002
@@ -113,28 +110,6 @@ def gfile_write_atomic(path: str, data: str | bytes) -> None:
             tf.io.gfile.remove(tmp)
         raise_if_disk_full(error, path)
         raise
-
-
-@contextlib.contextmanager
-def staged_directory(final: str | os.PathLike, prefix: str = ".incoming-") -> Iterator[Path]:
-    """A temporary directory beside ``final`` that becomes ``final`` when the block ends.
-
-    The temporary directory is on the same filesystem (so the rename is atomic) and is
-    removed, with what was written into it, if the block fails: ``final`` appears
-    complete or not at all. ``final`` must not exist yet.
-    """
-    final = Path(final)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(dir=final.parent, prefix=f"{prefix}{final.name}-"))
-    try:
-        os.chmod(staging, file_mode(directory=True))
-        yield staging
-        os.rename(staging, final)
-    except Exception as error:
-        raise_if_disk_full(error, final)
-        raise
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
 
 
 def set_aside(path: str, reason: str = "unreadable") -> str:

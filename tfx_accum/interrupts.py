@@ -12,8 +12,8 @@ before they kill). Python alone does not make that dependable:
   starts the next one.
 
 Inside :func:`handled` both signals raise ``KeyboardInterrupt`` in the main thread *and*
-are remembered: :func:`requested` says that one came, whatever became of the exception,
-and :func:`check` raises it again at the next point where stopping is safe.
+are remembered: :func:`requested` says that one came, whatever became of the exception
+(the command line then reports a stop, not a failure).
 :func:`stop_children` ends the processes this one started (Beam's workers, a parallel
 search's workers) when the run stops, and a few seconds after a stop request in any case
 (a library's cleanup may wait for its workers forever).
@@ -39,7 +39,7 @@ import threading
 import time
 from collections.abc import Iterator
 
-__all__ = ["check", "handled", "ignore_further", "requested", "stop_children"]
+__all__ = ["handled", "ignore_further", "requested", "stop_children"]
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 # After a stop request, the run's child processes are stopped after this long even if the
@@ -87,12 +87,6 @@ def ignore_further() -> None:
 def requested() -> str | None:
     """The name of the first stop signal received in :func:`handled` (None: none came)."""
     return signal.Signals(_received[0]).name if _received else None
-
-
-def check() -> None:
-    """Raises ``KeyboardInterrupt`` if a stop was requested (for loops that catch errors)."""
-    if _received:
-        raise KeyboardInterrupt(requested())
 
 
 def _children_of() -> dict[int, list[int]]:
