@@ -33,16 +33,15 @@ and compiles it: your loss and optimizer class are kept (the optimizer at the tr
 learning rate); without a compile, the task's loss and Adam. The task's metrics are always
 added (components/task_compile.py): the Tuner ranks by them.
 
-The module must be importable where the Tuner and Trainer run: on the local runner from the
-current directory or ``PYTHONPATH``; on Kubeflow, inside the image.
+The module must be importable where the Tuner and Trainer run: on ``PYTHONPATH`` (``tfx-accum
+run`` also adds the current directory when the module is there, and says so); on Kubeflow,
+inside the image.
 """
 
 from __future__ import annotations
 
 import importlib
 import inspect
-import os
-import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -62,14 +61,15 @@ class ModelFunctionError(ValueError):
 def load_model_function(reference: str) -> Callable[..., Any]:
     """The function ``package.module:function`` names, or a :class:`ModelFunctionError`."""
     module_name, _, function_name = reference.partition(":")
-    if os.getcwd() not in sys.path:  # as `python -m`: a module in the current directory
-        sys.path.append(os.getcwd())
+    # Found on the module search path only: no directory is added here (the command line
+    # adds the current directory explicitly, and says so: pipeline/model_path.py).
     try:
         module = importlib.import_module(module_name)
     except Exception as error:  # noqa: BLE001 - any import failure is the user's to see
         raise ModelFunctionError(
             f"--model {reference}: cannot import {module_name!r} ({type(error).__name__}: "
-            f"{error}). Put the module on PYTHONPATH or in the current directory."
+            f"{error}). Put the module on PYTHONPATH (tfx-accum run also looks in the current "
+            "directory)."
         ) from None
     function = getattr(module, function_name, None)
     if not callable(function):

@@ -282,21 +282,6 @@ def _hidden_metrics(compile_loss: Any, count: int) -> Iterator[None]:
 # ------------------------------------------------------------------ backups
 
 
-def backup_epoch(backup_dir: str) -> int:
-    """The epoch ``keras.callbacks.BackupAndRestore`` will resume at (0: no backup).
-
-    It is written by the callback as ``training_metadata.json`` (``{"epoch": n, ...}``);
-    the Trainer needs it *before* ``fit`` to start its data stream at the same place.
-    """
-    import tensorflow as tf
-
-    path = f"{backup_dir.rstrip('/')}/training_metadata.json"
-    if not tf.io.gfile.exists(path):
-        return 0
-    with tf.io.gfile.GFile(path) as handle:
-        return int(json.loads(handle.read()).get("epoch", 0))
-
-
 # ------------------------------------------------------------ functional models
 
 

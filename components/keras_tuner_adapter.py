@@ -8,6 +8,10 @@ Everything else extends Keras Tuner through its public seams (components/search_
 1. Building a trial's model without a session reset (:class:`NoSessionResetMixin`).
 2. Serving an oracle to parallel workers, to them only (:func:`serve_oracle`,
    :func:`authenticate_client`, :func:`fail_ongoing_trial`, :func:`trials_left`).
+3. The search state on disk (components/search_state.py decides what to do with it):
+   atomic state writes (:func:`write_state_atomically`), reading a trial file
+   (:func:`load_trial`), and giving a fresh oracle trials back as ``Oracle.reload`` does
+   (:func:`readmit_trials`).
 
 **1.**
 Keras Tuner's ``Tuner._try_build`` calls ``keras.backend.clear_session()`` and
@@ -160,3 +164,64 @@ def trials_left(oracle) -> int | None:
 def trials_exhausted(oracle) -> bool:
     """True when the oracle has handed out all its trials (random and Bayesian search)."""
     return oracle.max_trials is not None and len(oracle.trials) >= oracle.max_trials
+
+
+# 3. The search state. Every state file (oracle.json, the tuner's file, each trial.json) is
+# written by ``keras_tuner.src.utils.save_json`` (looked up at each call by
+# ``Stateful.save``), rewriting the file in place; ``Oracle.reload`` restores the
+# bookkeeping below (keras-tuner 1.4.8: ``trials``, ``start_order``, ``end_order``,
+# ``_run_times``, ``_retry_queue``, ``_record_values``, ``_save_trial``).
+
+
+def write_state_atomically(write_text) -> None:
+    """Every Keras Tuner state file is written by ``write_text(path, text)`` from now on."""
+    import json
+
+    from keras_tuner.src import utils as kt_utils
+
+    def save_json(path, obj):
+        text = json.dumps(obj)
+        write_text(str(path), text)
+        return text
+
+    kt_utils.save_json = save_json
+
+
+def load_trial(path: str):
+    """A trial from its ``trial.json`` (raises on a damaged file)."""
+    from keras_tuner.src.engine import trial as trial_module
+
+    return trial_module.Trial.load(path)
+
+
+def is_finished(trial) -> bool:
+    from keras_tuner.src.engine import trial as trial_module
+
+    return trial.status in (trial_module.TrialStatus.COMPLETED, trial_module.TrialStatus.FAILED)
+
+
+def readmit_trials(oracle, trials: dict, lost: list[str], lost_message: str) -> None:
+    """Gives a fresh ``oracle`` the ``trials`` of a search back, as ``Oracle.reload`` would:
+    finished ones are not run again, a running one runs again with its values; a trial id
+    in ``lost`` (its file unreadable) is recorded as failed with ``lost_message``."""
+    from keras_tuner.src.engine import trial as trial_module
+
+    for trial_id in sorted({*trials, *lost}, key=int):
+        trial = trials.get(trial_id)
+        if trial is None:
+            trial = trial_module.Trial(
+                oracle.hyperparameters.copy(), trial_id, trial_module.TrialStatus.FAILED
+            )
+            trial.message = lost_message
+            oracle._save_trial(trial)
+        oracle.trials[trial_id] = trial
+        oracle.start_order.append(trial_id)
+        if is_finished(trial):
+            oracle.end_order.append(trial_id)
+            oracle._run_times[trial_id] += 1
+        else:  # it was running: it runs again, with its values (as Oracle.reload does)
+            trial.status = trial_module.TrialStatus.RUNNING
+            oracle._retry_queue.append(trial_id)
+        if trial.hyperparameters.values:
+            oracle.update_space(trial.hyperparameters)
+            oracle._record_values(trial)

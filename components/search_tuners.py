@@ -35,7 +35,7 @@ from typing import Any
 import keras_tuner
 
 from tfx_accum import console
-from tfx_accum.components import parallel_search
+from tfx_accum.components import parallel_search, search_state
 from tfx_accum.components.hypermodel import AccumulationHyperModel
 from tfx_accum.components.keras_tuner_adapter import NoSessionResetMixin
 from tfx_accum.components.peak_memory import PeakMemory
@@ -56,6 +56,7 @@ from tfx_accum.components.settings import (
 )
 
 _MEASURED = (TRIAL_EXAMPLES, TRIAL_SPEED, TRIAL_PEAK_MEMORY, TRIAL_REUSED_FROM)
+PROJECT_NAME = "tfx_accum"  # Keras Tuner's project folder inside the search directory
 
 
 def _metric(trial, name: str) -> float | None:
@@ -307,16 +308,20 @@ def make_tuner(
     and trials; finished trials are not run again, an interrupted one is run again).
     ``parallel_trials``, ``worker_spec``: see :class:`AccumulationTunerMixin`.
     """
+    # Atomic state writes; a damaged state is set aside and rebuilt from the trial files.
+    recovered = search_state.prepare(directory, PROJECT_NAME, resume)
     objective = keras_tuner.Objective(hypermodel.objective, direction=hypermodel.direction)
     oracle = make_oracle(space, objective)
     tuner_class = AccumulationHyperband if space.algorithm == "hyperband" else AccumulationTuner
-    return tuner_class(
+    tuner = tuner_class(
         oracle=oracle,
         hypermodel=hypermodel,
         directory=directory,
-        project_name="tfx_accum",
+        project_name=PROJECT_NAME,
         overwrite=not resume,
         distribution_strategy=strategy,
         parallel_trials=parallel_trials,
         worker_spec=worker_spec,
     )
+    search_state.readmit(tuner, recovered)
+    return tuner

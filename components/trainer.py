@@ -27,7 +27,6 @@ import tensorflow as tf
 from tfx import v1 as tfx
 
 from tfx_accum import console
-from tfx_accum.components import keras_adapter as adapter
 from tfx_accum.components.data import (
     batched,
     describe_data,
@@ -47,6 +46,7 @@ from tfx_accum.components.settings import (
 )
 from tfx_accum.components.strategy import choose_strategy, replica_plan
 from tfx_accum.components.tasks import OBJECTIVES
+from tfx_accum.components.training_backup import TrainingBackup
 
 
 def resolve_hyperparameters(fn_args) -> tuple[Hyperparameters, object, TunerDecision | None]:
@@ -88,7 +88,7 @@ class ProgressLine(keras.callbacks.Callback):
         self._last_done = 0
 
     def on_train_begin(self, logs=None):
-        # After BackupAndRestore (earlier in the list): a resumed run counts on from there.
+        # After TrainingBackup (earlier in the list): a resumed run counts on from there.
         self.done = self._last_done = int(self.model.optimizer.iterations)
         self._start = self._last = time.monotonic()
 
@@ -147,7 +147,8 @@ def run_fn(fn_args: tfx.components.FnArgs) -> None:
     backup_dir = backup_location(fn_args, hp, settings, updates)
     # A resumed run starts at the same place of the same shuffled stream (the stream is a
     # function of the seed only), so it ends with the weights of an uninterrupted run.
-    resumed_epoch = adapter.backup_epoch(backup_dir)
+    backup = TrainingBackup(backup_dir)  # complete or absent, never a stuck directory
+    resumed_epoch = backup.restore_point()
     train = batched(splits.train, plan.global_batch, shuffle_seed=seed, drop_remainder=tpu)
     if resumed_epoch:
         train = train.skip(resumed_epoch * steps_per_epoch)
@@ -156,7 +157,7 @@ def run_fn(fn_args: tfx.components.FnArgs) -> None:
     callbacks = [
         # Restores weights, optimizer state and the epoch after an interruption (a killed
         # process, a preempted Kubeflow pod that is retried); saved at every epoch's end.
-        keras.callbacks.BackupAndRestore(backup_dir, save_freq="epoch", delete_checkpoint=False),
+        backup,
         keras.callbacks.TensorBoard(log_dir=fn_args.model_run_dir, update_freq="epoch"),
         StopAfterUpdates(updates),
         progress,
@@ -184,6 +185,7 @@ def run_fn(fn_args: tfx.components.FnArgs) -> None:
         train,
         steps_per_epoch=steps_per_epoch,
         epochs=epochs,
+        initial_epoch=resumed_epoch,
         validation_data=validation,
         callbacks=callbacks,
         verbose=0,
@@ -192,7 +194,7 @@ def run_fn(fn_args: tfx.components.FnArgs) -> None:
     if history and best_epoch.best is not None:
         console.say(
             f"[trainer] done after {done} updates: {objective} {best_epoch.best:.4f} at epoch "
-            f"{best_epoch.best_epoch + 1} of {len(history['loss'])} (the model keeps that "
+            f"{best_epoch.best_epoch + 1} of {epochs} (the model keeps that "
             "epoch's weights)" + _label_units(data, history, best_epoch.best_epoch)
         )
     write_budget(
@@ -201,7 +203,7 @@ def run_fn(fn_args: tfx.components.FnArgs) -> None:
     with tf.io.gfile.GFile(os.path.join(fn_args.model_run_dir, DESCRIPTION_FILE), "w") as handle:
         json.dump(splits.data.to_json(), handle, indent=1)
     export_serving_model(model, splits.data, splits.preprocessor, fn_args.serving_model_dir)
-    tf.io.gfile.rmtree(backup_dir)  # finished: a later run with these inputs starts afresh
+    backup.delete()  # finished: a later run with these inputs starts afresh
 
 
 PATIENCE = 5  # epochs without improvement before early stopping (not the best trial's budget)

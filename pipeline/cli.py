@@ -26,7 +26,7 @@ from pathlib import Path
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 warnings.filterwarnings("ignore", category=FutureWarning, module=r"google\..*")
 
-from tfx_accum import console  # noqa: E402
+from tfx_accum import console, interrupts  # noqa: E402
 from tfx_accum.components import settings, tasks  # noqa: E402
 from tfx_accum.components.search_space import ALGORITHMS, SearchSpace  # noqa: E402
 from tfx_accum.components.tasks import CLASSIFICATION, TASK_CHOICES  # noqa: E402
@@ -442,7 +442,13 @@ def _check_common(args: argparse.Namespace) -> None:
         raise InputError(str(error)) from None
 
 
-def _summary_lines(summary, blessing: settings.Blessing, trial_files, seconds: float) -> list[str]:
+def _summary_lines(
+    summary,
+    blessing: settings.Blessing,
+    trial_files,
+    seconds: float,
+    allow_unblessed: bool = False,
+) -> list[str]:
     lines = ["", "=== tfx-accum summary ==="]
     if summary.best_hyperparameters:
         hp = summary.best_hyperparameters
@@ -470,9 +476,14 @@ def _summary_lines(summary, blessing: settings.Blessing, trial_files, seconds: f
     elif summary.blessed:
         lines.append(f"blessed: yes ({blessing_reason(summary.evaluation, blessing, True)})")
     else:
+        exit_code = (
+            f"exit code 0 as --allow-unblessed asks (else {EXIT_UNBLESSED})"
+            if allow_unblessed
+            else f"exit code {EXIT_UNBLESSED} (--allow-unblessed to exit 0)"
+        )
         lines.append(
             f"blessed: no ({blessing_reason(summary.evaluation, blessing, False)}): not "
-            f"pushed; exit code {EXIT_UNBLESSED} (--allow-unblessed to exit 0)"
+            f"pushed; {exit_code}"
         )
     lines.append(f"pushed to: {summary.pushed_to or 'not pushed'}")
     lines.append(trial_files)
@@ -551,6 +562,10 @@ def _model_for(args: argparse.Namespace, summary, requested) -> str:
     if model is None:
         model = default_model(kinds, embedded_grid=args.data_root is None)
     if settings.is_model_function(model):
+        from tfx_accum.pipeline.model_path import add_current_directory
+
+        if added := add_current_directory(model):
+            console.say(added)
         # TensorFlow's start-up lines are not the run's: the console stays clean.
         with console.capture(os.devnull, verbose=args.verbose):
             import keras_tuner
@@ -598,21 +613,25 @@ def _run(args: argparse.Namespace) -> int:
     _check_model_name(args.model)
     requested = model_settings_from_args(args, args.model or settings.DEFAULT_MODEL)
     output_dir = Path(args.output_dir).resolve()
+    output_dirs.check(output_dir)  # read only: a missing one is created by claim()
     # Your data is checked before anything is written (the output directory included);
     # the embedded data are written, if need be, once the directory is ours.
     if args.data_root:
         checked = validate_data_root(args.data_root, requested, args.data_format, args.schema)
     else:
         checked = decide_label(embedded_summary(args.embedded), requested)
-    # The model must suit the data, and the blessing its task.
+    # The model must suit the data, the blessing its task, and the batch must fit in it.
     model_name = _model_for(args, checked, requested)
     blessing = _blessing(args, checked.task)
+    from tfx_accum.pipeline import bounds
+
+    for line in bounds.check(checked, settings_["hyperparameters"], settings_["search_space"]):
+        console.say(line)
     # The task and classes as the check decided them: the components start from them.
     decided = dataclasses.replace(
         requested, model=model_name, task=checked.task, num_classes=checked.num_classes
     )
     settings_["model_settings"] = decided
-    output_dirs.check(output_dir)
     with output_dirs.claim(output_dir):
         data_root, checked = prepare_data(
             args.data_root,
@@ -633,9 +652,11 @@ def _run(args: argparse.Namespace) -> int:
             console.say(f"[data] warning: {checked.label_warning()}")
         log = output_dir / "logs" / time.strftime("run-%Y%m%d-%H%M%S.log")
         run_started = datetime.datetime.now().isoformat()
-        with console.capture(log, verbose=args.verbose):
-            console.say(f"[tfx-accum] log: {log}")
-            run = _LocalRun(data_root, checked, model_name, blessing, log, run_started, start)
+        with console.capture(log, verbose=args.verbose) as captured:
+            console.say(f"[tfx-accum] log: {captured.path}")
+            run = _LocalRun(
+                data_root, checked, model_name, blessing, captured.path, run_started, start
+            )
             return _run_pipeline(args, settings_, output_dir, run)
 
 
@@ -653,19 +674,19 @@ class _LocalRun:
 
 
 def _run_pipeline(args, settings_, output_dir: Path, run: _LocalRun) -> int:
-    from tfx_accum.pipeline import local_runner
+    from tfx_accum.pipeline import failures, local_runner
     from tfx_accum.pipeline.report import mark_unfinished_as_canceled, read_summary
 
     metadata = str(output_dir / "metadata.sqlite")
-    if Path(metadata).exists():
-        # We hold the directory's lock: anything still RUNNING was left by a killed run.
-        left = mark_unfinished_as_canceled(metadata, None)
-        if left:
-            console.say(
-                f"[tfx-accum] an earlier run was stopped during {', '.join(left)}; "
-                "marked canceled, running it again"
-            )
     try:
+        if Path(metadata).exists():
+            # We hold the directory's lock: anything still RUNNING was left by a killed run.
+            left = mark_unfinished_as_canceled(metadata, None)
+            if left:
+                console.say(
+                    f"[tfx-accum] an earlier run was stopped during {', '.join(left)}; "
+                    "marked canceled, running it again"
+                )
         paths = local_runner.run_local(
             data_root=run.data_root,
             checked=run.checked,
@@ -679,27 +700,18 @@ def _run_pipeline(args, settings_, output_dir: Path, run: _LocalRun) -> int:
     except InputError:
         raise  # bad input: main prints it as one line, exit 2
     except KeyboardInterrupt:
-        stopped = (
-            mark_unfinished_as_canceled(metadata, run.run_started)
-            if Path(metadata).exists()
-            else []
-        )
-        where = ", ".join(stopped) or local_runner.current_component() or "the run"
-        console.say(
-            f"[tfx-accum] interrupted: {where} stopped and marked canceled; the next run "
-            "resumes from the cache (the Trainer from its last backup)."
-        )
-        return 130
+        return failures.interrupted(metadata, run.run_started, local_runner.current_component())
     except Exception as error:  # noqa: BLE001 - reported with its cause, then exit 1
-        cause = console.tail(8)
-        console.say(f"tfx-accum run: error: {type(error).__name__}: {error}".strip())
-        if cause:
-            console.say("last lines of the log:")
-            for line in cause:
-                console.say(f"  {line[:200]}")
-        console.say(f"full log: {run.log}")
-        return 1
-    for line in _summary_lines(summary, run.blessing, trial_files, time.monotonic() - run.start):
+        if interrupts.requested():  # a library turned the interrupt into an error
+            return failures.interrupted(metadata, run.run_started, local_runner.current_component())
+        return failures.failed(error, run.log, output_dir)
+    for line in _summary_lines(
+        summary,
+        run.blessing,
+        trial_files,
+        time.monotonic() - run.start,
+        args.allow_unblessed,
+    ):
         console.say(line)
     if summary.blessed is False and not args.allow_unblessed:
         return EXIT_UNBLESSED
@@ -776,7 +788,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             return run_compiled(args)
         _check_common(args)
-        return _run(args) if args.command == "run" else _compile(args)
+        if args.command != "run":
+            return _compile(args)
+        with interrupts.handled():  # SIGINT and SIGTERM: one line, exit 130, everywhere
+            return _run(args)
     except InputError as error:  # bad input: a clear message, no traceback
         print(f"tfx-accum {args.command}: error: {error}", file=sys.stderr)
         return 2

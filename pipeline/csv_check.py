@@ -4,17 +4,25 @@ CsvExampleGen (tfx_bsl's CSV decoder) types each column as INT when every value 
 integer, FLOAT when every value is a number, and BYTES otherwise; an empty cell is a missing
 value. This check reads the files with the same rules, so what it accepts the pipeline
 reads with the same columns and types, and it names the file, line and column of the first
-problem (exit code 2 before anything runs).
+problem (exit code 2 before anything runs). It reads exactly the files CsvExampleGen will
+(:mod:`~tfx_accum.pipeline.data_files`), as UTF-8 text as CsvExampleGen does, and what the
+CSV parser both share cannot read (a NUL byte, a field over its limit of 131,072
+characters, bytes that are not UTF-8) is a one-line error too, never a traceback.
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import math
+from collections.abc import Iterator
 from pathlib import Path
 
 from tfx_accum.components.feature_kinds import MAX_VOCABULARY, NUMERIC, STRING
 from tfx_accum.pipeline.data import CSV, DataError, DataSummary
+from tfx_accum.pipeline.data_files import example_gen_files
+
+FIELD_LIMIT = csv.field_size_limit()  # 131,072: tfx_bsl parses with Python's csv module too
 
 
 def _check_header(path: Path, header: list[str]) -> None:
@@ -116,9 +124,74 @@ class _Column:
             )
 
 
+@contextlib.contextmanager
+def _rows(path: Path) -> Iterator[Iterator[list[str]]]:
+    """The rows of ``path`` as CsvExampleGen reads them; what it cannot read is a DataError."""
+    try:
+        handle = path.open(encoding="utf-8", newline="")
+    except OSError as error:
+        raise DataError(f"{path} cannot be read ({error.strerror}).") from None
+    with handle:
+        reader = csv.reader(handle)
+
+        def rows() -> Iterator[list[str]]:
+            while True:
+                try:
+                    row = next(reader)
+                except StopIteration:
+                    return
+                except UnicodeDecodeError as error:
+                    raise DataError(_not_utf8(path, error)) from None
+                except csv.Error as error:
+                    raise DataError(_unreadable(path, max(reader.line_num, 1), error)) from None
+                except OSError as error:
+                    raise DataError(f"{path} cannot be read ({error.strerror}).") from None
+                yield row
+
+        yield rows()
+
+
+def _not_utf8(path: Path, error: UnicodeDecodeError) -> str:
+    line, sample = 0, error.object[error.start : error.start + 4]
+    with path.open("rb") as raw:
+        for line, data in enumerate(raw, start=1):  # noqa: B007 - the line is the result
+            try:
+                data.decode("utf-8")
+            except UnicodeDecodeError as bad:
+                sample = data[bad.start : bad.start + 4]
+                break
+    return (
+        f"{path}, line {line}: bytes that are not UTF-8 ({sample!r}); CsvExampleGen reads "
+        "CSV files as UTF-8. Save the file as UTF-8 (for Latin-1 text: iconv -f latin1 -t "
+        "utf-8)."
+    )
+
+
+def _unreadable(path: Path, line: int, error: csv.Error) -> str:
+    text = str(error)
+    if "NUL" in text:
+        return (
+            f"{path}, line {line}: a NUL byte, which the CSV parser CsvExampleGen uses cannot "
+            "read (a binary file, or text saved as UTF-16?). Save the file as UTF-8 text."
+        )
+    if "field limit" in text:
+        return (
+            f"{path}, line {line}: a field longer than {FIELD_LIMIT:,} characters, the limit "
+            "of the CSV parser CsvExampleGen uses (an unclosed quote makes the rest of the "
+            "file one field). Close the quote, or shorten the value."
+        )
+    return f"{path}, line {line}: {text}; CsvExampleGen's CSV parser cannot read it."
+
+
 def validate_csv_dir(data_root: str, label_key: str) -> DataSummary:
     """Checks a CSV directory; raises DataError naming the file, line and column."""
-    files = sorted(p for p in Path(data_root).iterdir() if p.suffix == ".csv" and p.is_file())
+    files = example_gen_files(data_root, CSV)
+    for path in files:
+        if not path.is_file():
+            raise DataError(
+                f"{path} matches *.csv but is not a file; CsvExampleGen would fail to read "
+                "it. Rename it or move it out of the data root."
+            )
     if not files:
         raise DataError(
             f"Data root {data_root!r} holds no .csv file. Put one or more CSV "
@@ -130,8 +203,7 @@ def validate_csv_dir(data_root: str, label_key: str) -> DataSummary:
     labels: dict[str, tuple[str, int]] = {}  # label value -> where it was first seen
     label_counts: dict[str, int] = {}
     for path in files:
-        with path.open(newline="") as handle:
-            reader = csv.reader(handle)
+        with _rows(path) as reader:
             header = next(reader, None)
             if not header:
                 raise DataError(f"{path} is empty: a header row is required.")

@@ -1,27 +1,10 @@
-"""Atomic file writes: a failed or interrupted write never leaves a half-written file."""
+"""Atomic file writes for the pipeline's own files (reports, compiled specs, embedded data).
 
-from __future__ import annotations
+The helpers live in :mod:`tfx_accum.components.atomic_files`, shared with the components
+(the Trainer's backups, the search state, the pushed model); this module keeps the names
+the pipeline imports.
+"""
 
-import os
-import tempfile
-from collections.abc import Callable
-from pathlib import Path
+from tfx_accum.components.atomic_files import atomic_write, atomic_write_text
 
-
-def atomic_write(path: Path, write: Callable[[str], None]) -> Path:
-    """Calls ``write(tmp_path)`` on a temporary file beside ``path``, then renames it."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-    return path
-
-
-def atomic_write_text(path: Path, text: str) -> Path:
-    return atomic_write(path, lambda tmp: Path(tmp).write_text(text))
+__all__ = ["atomic_write", "atomic_write_text"]

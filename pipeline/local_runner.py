@@ -192,6 +192,11 @@ def run_local(
         data_format=summary.format,
         **pipeline_settings,
     )
+    if enable_cache and paths.metadata_path.exists():
+        from tfx_accum.pipeline.cache_check import verify_cached_examples
+
+        for line in verify_cached_examples(str(paths.metadata_path)):
+            console.say(line)
     _install_progress()
     if orchestrator == "beam":
         from tfx.orchestration.beam.beam_dag_runner import BeamDagRunner

@@ -6,6 +6,12 @@ Two runs writing into one ``--output-dir`` would report each other's results as 
 once, naming the first; the kernel releases the lock when a run ends, also when it
 crashes or is killed, so a lock is never left stuck.
 
+The directory may be shared (``/tmp/...``, a team's scratch disk), so nothing in it is
+trusted blindly: the lock file is opened with ``O_NOFOLLOW`` and must be a regular file of
+its own (a symbolic or hard link planted there is refused, never written through), the
+logs directory must not be a symbolic link, and while a run holds the directory the
+process's umask also masks world-write (files get the user's umask, never ``o+w``).
+
 Example:
 
 ```python
@@ -17,10 +23,12 @@ with claim(Path("tfx_accum_output")):
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import os
 import sqlite3
+import stat
 import sys
 import tempfile
 import time
@@ -31,17 +39,27 @@ from tfx_accum.pipeline.errors import InputError
 
 LOCK_NAME = ".tfx-accum.lock"
 METADATA_NAME = "metadata.sqlite"
+LOGS_NAME = "logs"
 
 
 def check(output_dir: Path) -> None:
-    """One-line errors for an output directory that cannot be used; creates it if absent."""
+    """One-line errors for an output directory that cannot be used, before anything is
+    written: a missing one is not created here (:func:`claim` does, once the data is
+    checked too), only its nearest existing parent is checked for write access."""
     if output_dir.exists() and not output_dir.is_dir():
         raise InputError(
             f"--output-dir {str(output_dir)!r} is a file, not a directory; "
             "pass a directory (it is created if missing)."
         )
+    if not output_dir.exists():
+        parent = next(p for p in output_dir.parents if p.exists())
+        if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+            raise InputError(
+                f"--output-dir {str(output_dir)!r} cannot be created ({parent} is not a "
+                "writable directory); choose a writable directory."
+            )
+        return
     try:
-        output_dir.mkdir(parents=True, exist_ok=True)
         fd, probe = tempfile.mkstemp(dir=output_dir, prefix=".write-test-")
         os.close(fd)
         os.remove(probe)
@@ -62,13 +80,42 @@ def check(output_dir: Path) -> None:
                 f"The metadata store {str(metadata)!r} cannot be opened ({error}); move it "
                 "away to start afresh (the cache is lost), or use another --output-dir."
             ) from None
+    for name in (LOCK_NAME, LOGS_NAME):
+        if (output_dir / name).is_symlink():
+            raise InputError(
+                f"{str(output_dir / name)!r} is a symbolic link (to "
+                f"{os.readlink(output_dir / name)!r}); tfx-accum never writes through one. "
+                "Remove it, or use an --output-dir that only you can write to."
+            )
+
+
+@contextlib.contextmanager
+def no_world_write() -> Iterator[None]:
+    """The process's umask also masks world-write in this block (the user's umask else)."""
+    umask = os.umask(0o022)
+    os.umask(umask | 0o002)
+    try:
+        yield
+    finally:
+        os.umask(umask)
 
 
 @contextlib.contextmanager
 def claim(output_dir: Path) -> Iterator[None]:
-    """Holds the output directory for this process; refuses if another run holds it."""
+    """Holds the output directory for this process; refuses if another run holds it.
+
+    While it is held, nothing the run creates is world-writable (:func:`no_world_write`).
+    """
+    try:
+        with no_world_write():
+            output_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise InputError(
+            f"--output-dir {str(output_dir)!r} cannot be created ({error.strerror}); "
+            "choose a writable directory."
+        ) from None
     path = output_dir / LOCK_NAME
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = _open_lock(path)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -81,10 +128,38 @@ def claim(output_dir: Path) -> Iterator[None]:
         os.ftruncate(fd, 0)
         info = {"pid": os.getpid(), "started": time.strftime("%Y-%m-%d %H:%M:%S")}
         info["command"] = " ".join(sys.argv[:1] + sys.argv[1:8])
-        os.write(fd, json.dumps(info).encode())
-        yield
+        with contextlib.suppress(OSError):  # who holds it is a courtesy (a full disk)
+            os.write(fd, json.dumps(info).encode())
+        with no_world_write():
+            yield
     finally:
         os.close(fd)  # releases the lock
+
+
+def _open_lock(path: Path) -> int:
+    """The lock file, opened without following a link; a planted file is refused."""
+    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+    try:
+        fd = os.open(path, flags, 0o644)
+    except OSError as error:
+        why = "it is a symbolic link" if error.errno == errno.ELOOP else error.strerror
+        raise InputError(
+            f"The lock file {str(path)!r} cannot be opened ({why}). Remove it, or use an "
+            "--output-dir that only you can write to."
+        ) from None
+    info = os.fstat(fd)
+    problem = None
+    if not stat.S_ISREG(info.st_mode):
+        problem = "is not a regular file"
+    elif info.st_nlink != 1:
+        problem = f"has {info.st_nlink} hard links (another file shares it)"
+    if problem:
+        os.close(fd)
+        raise InputError(
+            f"The lock file {str(path)!r} {problem}; tfx-accum never writes into it. Remove "
+            "it, or use an --output-dir that only you can write to."
+        )
+    return fd
 
 
 def _holder(path: Path) -> str:

@@ -23,6 +23,8 @@ from tfx import v1 as tfx
 from tfx.proto import example_gen_pb2
 
 from tfx_accum.components import tasks
+from tfx_accum.components.example_fingerprint import CsvExampleGen, ImportExampleGen
+from tfx_accum.components.pusher import Pusher
 from tfx_accum.components.search_space import SearchSpace
 from tfx_accum.components.settings import (
     BEST_TRIAL_BUDGET,
@@ -34,14 +36,11 @@ from tfx_accum.components.settings import (
 from tfx_accum.components.tfx_components import Trainer, Tuner
 from tfx_accum.pipeline import run_parameters as params
 from tfx_accum.pipeline.beam import pod_beam_args
+from tfx_accum.pipeline.data_files import PATTERNS  # ExampleGen's, read by the input checks
 from tfx_accum.pipeline.evaluation import eval_config
 
 TUNER_FN = "tfx_accum.components.tuner.tuner_fn"
 RUN_FN = "tfx_accum.components.trainer.run_fn"
-
-
-# ExampleGen's file pattern per data format (pipeline/data.py detects the format).
-PATTERNS = {"csv": "*.csv", "tfrecord": "*.tfrecord*"}
 
 
 def example_gen_component(data_root: str, data_format: str):
@@ -53,9 +52,10 @@ def example_gen_component(data_root: str, data_format: str):
     input_config = example_gen_pb2.Input(
         splits=[example_gen_pb2.Input.Split(name="single_split", pattern=PATTERNS[data_format])]
     )
+    # TFX's, fingerprinting what they write (checked before a cached output is trusted).
     if data_format == "csv":
-        return tfx.components.CsvExampleGen(input_base=data_root, input_config=input_config)
-    return tfx.components.ImportExampleGen(input_base=data_root, input_config=input_config)
+        return CsvExampleGen(input_base=data_root, input_config=input_config)
+    return ImportExampleGen(input_base=data_root, input_config=input_config)
 
 
 def create_pipeline(
@@ -197,7 +197,7 @@ def create_pipeline(
             blessing.task, label_key, model_settings.num_classes, blessing.metric, bless_threshold
         ),
     )
-    pusher = tfx.components.Pusher(
+    pusher = Pusher(  # TFX's, publishing the model atomically (components/pusher.py)
         model=trainer.outputs["model"],
         model_blessing=evaluator.outputs["blessing"],
         push_destination=tfx.proto.PushDestination(

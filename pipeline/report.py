@@ -120,13 +120,17 @@ def read_summary(metadata_path: str, run_started: str) -> RunSummary:
     )
 
 
-def mark_unfinished_as_canceled(metadata_path: str, run_started: str | None) -> list[str]:
+def mark_unfinished_as_canceled(
+    metadata_path: str, run_started: str | None, include_failed: bool = False
+) -> list[str]:
     """Executions still RUNNING become CANCELED: this run's after an interrupt, or (with
     ``run_started=None``, called while holding the output directory's lock) those left by
     a run that was killed.
 
     TFX leaves an interrupted execution RUNNING; CANCELED says what happened, and like
-    RUNNING it is never served from the cache. Returns the components it marked.
+    RUNNING it is never served from the cache. ``include_failed``: this run's FAILED
+    executions too (after an interrupt that a library turned into an error, the execution
+    it stopped is recorded as failed). Returns the components it marked.
     """
     connection = metadata_store_pb2.ConnectionConfig()
     connection.sqlite.filename_uri = metadata_path
@@ -135,7 +139,10 @@ def mark_unfinished_as_canceled(metadata_path: str, run_started: str | None) -> 
         executions = store.get_executions()
     else:
         _, _, executions = _run_outputs(store, run_started)
-    running = [e for e in executions if e.last_known_state == metadata_store_pb2.Execution.RUNNING]
+    states = {metadata_store_pb2.Execution.RUNNING}
+    if include_failed and run_started is not None:
+        states.add(metadata_store_pb2.Execution.FAILED)
+    running = [e for e in executions if e.last_known_state in states]
     for execution in running:
         execution.last_known_state = metadata_store_pb2.Execution.CANCELED
     if running:

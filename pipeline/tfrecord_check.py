@@ -4,7 +4,9 @@ Every record must parse as a ``tf.Example`` with a label; a feature keeps one ty
 records; an image feature (bytes that start as a PNG or JPEG file) must decode in every
 record; a feature that some files never have is an error (the files disagree), while a
 record that lacks a numeric or string value is a missing value. Errors name the file, the
-record (counted from 1) and the feature. Files ending ``.gz`` are read as GZIP.
+record (counted from 1) and the feature. It reads exactly the files ImportExampleGen will,
+``*.tfrecord*`` (``data.tfrecord.bak`` too), decompressed as ImportExampleGen decompresses
+them (:mod:`~tfx_accum.pipeline.data_files`: ``.gz`` as GZIP, other suffixes uncompressed).
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ import io
 from pathlib import Path
 
 from tfx_accum.components.feature_kinds import IMAGE, MAX_VOCABULARY, NUMERIC, STRING, is_image
-from tfx_accum.pipeline.data import TFRECORD, TFRECORD_SUFFIXES, DataError, DataSummary
+from tfx_accum.pipeline.data import TFRECORD, DataError, DataSummary
+from tfx_accum.pipeline.data_files import PATTERNS, compression, example_gen_files
 
 _KINDS = {"int64_list": NUMERIC, "float_list": NUMERIC, "bytes_list": STRING}
 
@@ -21,14 +24,20 @@ _KINDS = {"int64_list": NUMERIC, "float_list": NUMERIC, "bytes_list": STRING}
 def _records(path: Path):
     import tensorflow as tf
 
-    compression = "GZIP" if path.name.endswith(".gz") else ""
-    dataset = tf.data.TFRecordDataset(str(path), compression_type=compression)
+    kind = compression(path)
+    if kind not in ("", "GZIP"):
+        raise DataError(
+            f"{path} is read by ImportExampleGen as {kind}-compressed (by its suffix), which "
+            "this check cannot read; decompress it, or compress it with gzip (.gz)."
+        )
+    dataset = tf.data.TFRecordDataset(str(path), compression_type=kind)
     try:
         yield from enumerate(dataset.as_numpy_iterator(), start=1)
     except tf.errors.OpError as error:
         raise DataError(
             f"{path} is not a readable TFRecord file ({error.message.splitlines()[0]}); "
-            "files ending .gz must be GZIP-compressed, others uncompressed."
+            "ImportExampleGen reads every file matching *.tfrecord* in the data root, those "
+            "ending .gz as GZIP, others uncompressed: fix it, or move it out of the data root."
         ) from None
 
 
@@ -52,13 +61,9 @@ def validate_tfrecord_dir(data_root: str, label_key: str) -> DataSummary:
     from google.protobuf.message import DecodeError
     from tensorflow.core.example import example_pb2
 
-    files = sorted(
-        p for p in Path(data_root).iterdir() if p.is_file() and p.name.endswith(TFRECORD_SUFFIXES)
-    )
+    files = example_gen_files(data_root, TFRECORD)
     if not files:
-        raise DataError(
-            f"Data root {data_root!r} holds no TFRecord file ({', '.join(TFRECORD_SUFFIXES)})."
-        )
+        raise DataError(f"Data root {data_root!r} holds no TFRecord file ({PATTERNS[TFRECORD]}).")
     kinds: dict[str, str] = {}  # feature -> NUMERIC | STRING | IMAGE, label included
     first_seen: dict[str, Path] = {}
     shapes: dict[str, tuple[int, int, int]] = {}

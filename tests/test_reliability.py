@@ -7,114 +7,26 @@ one: both are seeded, read the same shuffled stream, and accumulate exactly.
 
 from __future__ import annotations
 
-import contextlib
-import os
 import re
 import signal
-import sqlite3
 import subprocess
-import sys
-import time
 from pathlib import Path
 
-import numpy as np
 import pytest
-
-CLI = [sys.executable, "-m", "tfx_accum.pipeline"]
-# Batch 2 x 16 = 32: 37 updates per epoch on the 1,171 training rows, 160 updates = 5 epochs.
-NO_TUNE = [
-    "--no-tune",
-    "--accumulation-steps",
-    "2",
-    "--micro-batch-size",
-    "16",
-    "--learning-rate",
-    "0.003",
-    "--train-steps",
-    "160",
-    "--accuracy-threshold",
-    "0.5",
-]
-TUNED = [
-    "--max-trials",
-    "2",
-    "--tuning-epochs",
-    "1",
-    "--train-steps",
-    "60",
-    "--accumulation-steps-choices",
-    "1,2",
-    "--micro-batch-choices",
-    "16,32",
-    "--accuracy-threshold",
-    "0.5",
-]
-
-
-class Run:
-    """A ``tfx-accum run`` in its own process group, read line by line as it goes."""
-
-    def __init__(self, out: Path, args: list[str]):
-        self.proc = subprocess.Popen(
-            [*CLI, "--output-dir", str(out), *args],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            bufsize=1,
-            start_new_session=True,
-        )
-        self.lines: list[str] = []
-
-    def wait_for(self, pattern: str, timeout: float = 600) -> str:
-        deadline = time.monotonic() + timeout
-        regex = re.compile(pattern)
-        while time.monotonic() < deadline:
-            line = self.proc.stdout.readline()
-            if not line:
-                break
-            self.lines.append(line.rstrip("\n"))
-            if regex.search(line):
-                return line
-        self.proc.kill()
-        raise AssertionError(f"never saw {pattern!r}:\n" + "\n".join(self.lines[-30:]))
-
-    def signal_group(self, signum: int) -> None:
-        os.killpg(self.proc.pid, signum)
-
-    def finish(self, timeout: float = 300) -> tuple[int, str, str]:
-        out, err = self.proc.communicate(timeout=timeout)
-        self.lines.extend(out.splitlines())
-        return self.proc.returncode, "\n".join(self.lines), err
-
-
-def run_to_end(out: Path, args: list[str]) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [*CLI, "--output-dir", str(out), *args], capture_output=True, text=True, timeout=900
-    )
-
-
-def pushed_model(stdout: str) -> Path:
-    return Path(re.search(r"pushed to: (\S+)", stdout).group(1))
-
-
-def served_variables(path: Path) -> list[np.ndarray]:
-    import tensorflow as tf
-
-    loaded = tf.saved_model.load(str(path))
-    return [v.numpy() for v in sorted(loaded.variables, key=lambda v: v.name)]
-
-
-def execution_states(out: Path) -> dict[str, int]:
-    """The last execution state of each component type (MLMD's sqlite schema)."""
-    with contextlib.closing(sqlite3.connect(out / "metadata.sqlite")) as db:
-        rows = db.execute(
-            "SELECT Type.name, Execution.last_known_state FROM Execution "
-            "JOIN Type ON Type.id = Execution.type_id ORDER BY Execution.id"
-        ).fetchall()
-    return {name.rsplit(".", 1)[-1]: state for name, state in rows}
-
-
-RUNNING, CANCELED = 2, 6  # ml_metadata Execution.State (COMPLETE is 3, CACHED 5)
+from reliability_runs import (
+    CANCELED,
+    NO_TUNE,
+    RUNNING,
+    TUNED,
+    Run,
+    assert_same_weights,
+    execution_states,
+    fill,
+    pushed_model,
+    run_to_end,
+    served_variables,
+    tmpfs,
+)
 
 
 @pytest.fixture(scope="module")
@@ -123,11 +35,6 @@ def uninterrupted(tmp_path_factory):
     proc = run_to_end(out, NO_TUNE)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return served_variables(pushed_model(proc.stdout))
-
-
-def assert_same_weights(a: list[np.ndarray], b: list[np.ndarray]) -> None:
-    assert len(a) == len(b)
-    assert max(float(np.max(np.abs(x - y))) for x, y in zip(a, b)) <= 1e-6
 
 
 def test_killed_trainer_resumes_to_the_uninterrupted_weights(uninterrupted, tmp_path):
@@ -169,6 +76,54 @@ def test_ctrl_c_in_the_trainer_exits_130_with_one_line_and_resumes(uninterrupted
     assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
     assert "resuming after epoch" in rerun.stdout
     assert_same_weights(served_variables(pushed_model(rerun.stdout)), uninterrupted)
+
+
+def test_sigterm_to_the_run_in_the_trainer_stops_it_as_ctrl_c_does(uninterrupted, tmp_path):
+    """SIGTERM (what Kubernetes and process managers send) to the run's process alone."""
+    out = tmp_path / "sigterm-trainer"
+    run = Run(out, NO_TUNE)
+    run.wait_for(r"^\[trainer\] \d+/160 updates \(50%\)")
+    run.signal_process(signal.SIGTERM)
+    code, stdout, stderr = run.finish()
+    assert code == 130, stdout[-2000:] + stderr[-2000:]
+    last = stdout.splitlines()[-1]
+    assert last.startswith("[tfx-accum] interrupted: Trainer stopped by SIGTERM and marked"), last
+    assert "Traceback" not in stdout + stderr
+    assert execution_states(out)["Trainer"] == CANCELED
+
+    rerun = run_to_end(out, NO_TUNE)
+    assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
+    assert "resuming after epoch" in rerun.stdout
+    assert_same_weights(served_variables(pushed_model(rerun.stdout)), uninterrupted)
+
+
+def test_a_full_disk_while_training_is_one_line_and_the_next_run_resumes(uninterrupted, tmp_path):
+    """The disk fills during training (the output directory on a small tmpfs, filled while
+    the run is stopped after its first epoch's backup): the run ends with one line naming
+    ENOSPC and the file, and once there is space again the same command resumes from the
+    last complete backup to the uninterrupted run's weights."""
+    with tmpfs(tmp_path / "disk", "64m") as disk:
+        out = disk / "out"
+        run = Run(out, NO_TUNE)
+        run.wait_for(r"^\[trainer\] \d+/160 updates \(25%\)")  # epoch 1 is backed up
+        run.signal_group(signal.SIGSTOP)
+        filler = fill(disk)
+        run.signal_group(signal.SIGCONT)
+        code, stdout, stderr = run.finish()
+        assert code == 1, stdout[-3000:] + stderr[-3000:]
+        assert "Traceback" not in stdout + stderr, stdout[-3000:] + stderr[-3000:]
+        last = stdout.splitlines()[-1]
+        written = re.fullmatch(
+            r"tfx-accum run: error: no space left on device \(ENOSPC\) writing (\S+); .*", last
+        )
+        assert written and written.group(1).startswith(str(out)), stdout[-2000:]
+        assert [line for line in stdout.splitlines() if "error" in line] == [last]
+
+        filler.unlink()
+        rerun = run_to_end(out, NO_TUNE)
+        assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
+        assert re.search(r"resuming after epoch [1-4] from ", rerun.stdout), rerun.stdout
+        assert_same_weights(served_variables(pushed_model(rerun.stdout)), uninterrupted)
 
 
 def test_ctrl_c_in_the_tuner_then_rerun_and_no_tune_reports_its_own_run(tmp_path):

@@ -18,6 +18,10 @@ with console.capture("out/logs/run.log", verbose=False):
 
 Outside :func:`capture` (a Kubeflow pod, a notebook, the tests), :func:`say` prints to
 standard output as usual.
+
+The log is created fresh, never opened through a symbolic link or appended to an existing
+file (the output directory may be shared), and a line that cannot be written to it (a full
+disk) still reaches the console: :func:`say` never raises for the log's sake.
 """
 
 from __future__ import annotations
@@ -38,9 +42,10 @@ _lock = threading.Lock()
 class LogCapture:
     """The state of one :func:`capture`: the log file and the console it replaced."""
 
-    def __init__(self, path: Path, console_fd: int | None):
+    def __init__(self, path: Path, console_fd: int | None, log_fd: int):
         self.path = path
         self.console_fd = console_fd  # None: verbose, nothing redirected
+        self.log_fd = log_fd
 
 
 _active: LogCapture | None = None
@@ -55,11 +60,12 @@ def say(message: str) -> None:
             sys.stdout.write(line)
             sys.stdout.flush()
             if capture_ is not None:
-                _append(capture_.path, line)
+                _to_log(capture_.log_fd, line)
             return
-        sys.stdout.flush()  # keep the log's order: library lines written before this one
+        with contextlib.suppress(OSError):  # the log's disk may be full
+            sys.stdout.flush()  # keep the log's order: library lines written before this one
         os.write(capture_.console_fd, line.encode())
-        os.write(1, line.encode())
+        _to_log(1, line)
 
 
 def log_path() -> Path | None:
@@ -79,34 +85,60 @@ def tail(lines: int = 12) -> list[str]:
     return [line for line in text.splitlines() if line.strip()][-lines:]
 
 
-def _append(path: Path, text: str) -> None:
-    with open(path, "a") as handle:
-        handle.write(text)
+def _to_log(fd: int, text: str) -> None:
+    with contextlib.suppress(OSError):  # a full disk: the console has the line
+        os.write(fd, text.encode())
+
+
+def _create_log(path: Path) -> tuple[Path, int]:
+    """Creates the log fresh: ``path``, or ``<stem>-N<suffix>`` if that name is taken.
+
+    Neither the directory nor the file is followed if it is a symbolic link, and an
+    existing file is never opened (``O_EXCL``): what a log line writes lands in a file
+    this run made. ``os.devnull`` is opened as it is.
+    """
+    if str(path) == os.devnull:
+        return path, os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
+    from tfx_accum.components.atomic_files import file_mode
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    directory = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        for n in range(1000):
+            name = path.name if n == 0 else f"{path.stem}-{n}{path.suffix}"
+            try:
+                return path.parent / name, os.open(name, flags, file_mode(), dir_fd=directory)
+            except FileExistsError:
+                continue
+        raise FileExistsError(f"{path}: no free log file name beside it")
+    finally:
+        os.close(directory)
 
 
 @contextlib.contextmanager
 def capture(path: str | os.PathLike, verbose: bool = False) -> Iterator[LogCapture]:
     """Sends everything but :func:`say` lines to ``path`` (unless ``verbose``).
 
+    The log is created fresh (see :func:`_create_log`: a taken name gets a ``-N``
+    suffix); ``LogCapture.path`` and :func:`log_path` name the file actually written.
     With ``verbose`` the console shows everything, and ``path`` still gets a copy of the
     project's own lines. File descriptors and ``sys.stdout``/``sys.stderr`` are restored
     on exit, also after an error or Ctrl-C.
     """
     global _active
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("")
+    path, log_fd = _create_log(Path(path))
     if verbose:
-        _active = LogCapture(path, None)
+        _active = LogCapture(path, None, log_fd)
         try:
             yield _active
         finally:
             _active = None
+            os.close(log_fd)
         return
     sys.stdout.flush()
     sys.stderr.flush()
     saved_out, saved_err = os.dup(1), os.dup(2)
-    log_fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     old_streams = sys.stdout, sys.stderr
     try:
         os.dup2(log_fd, 1)
@@ -115,7 +147,7 @@ def capture(path: str | os.PathLike, verbose: bool = False) -> Iterator[LogCaptu
         sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115
         sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
         _retarget_logging_handlers(old_streams)
-        _active = LogCapture(path, saved_out)
+        _active = LogCapture(path, saved_out, 1)
         yield _active
     finally:
         _active = None
