@@ -14,7 +14,6 @@ Keras is here, each with a comment saying why:
 - ``Trainer._loss_tracker``, ``Trainer._compute_loss``, ``Layer._call_has_training_arg``:
   the loss metric, the ``compute_loss`` dispatch that copes with overrides without a
   ``training`` argument, and whether ``call`` takes ``training``.
-- ``BackupAndRestore``'s ``training_metadata.json``: the epoch a resumed run starts at.
 - ``keras.src.models.functional.Functional`` and ``functional_init_arguments``: to build
   functional instances of GradientAccumulationModel without letting Keras rewrite the
   class's bases (see ``functional_variant``).
@@ -30,7 +29,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -277,9 +275,6 @@ def _hidden_metrics(compile_loss: Any, count: int) -> Iterator[None]:
         yield
     finally:
         compile_loss._metrics = metrics
-
-
-# ------------------------------------------------------------------ backups
 
 
 # ------------------------------------------------------------ functional models

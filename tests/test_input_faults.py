@@ -30,7 +30,6 @@ from tfx_accum.pipeline.data import DataError, validate_data_root
 from tfx_accum.pipeline.errors import InputError
 from tfx_accum.pipeline.tfrecord_check import validate_tfrecord_dir
 
-
 GOOD_ROWS = 40
 
 
