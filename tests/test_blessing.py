@@ -100,7 +100,7 @@ def test_a_binary_data_set_takes_binary_metrics(tmp_path, capsys):
 
 
 def test_accuracy_threshold_is_the_old_spelling_of_bless_options():
-    from tfx_accum.pipeline.cli import _check_common
+    from tfx_accum.pipeline.arguments import check_common as _check_common
 
     args = build_parser().parse_args(["run", "--accuracy-threshold", "0.8"])
     _check_common(args)

@@ -11,7 +11,9 @@ import pytest
 
 from tfx_accum import console
 from tfx_accum.components.settings import Hyperparameters, ModelSettings
-from tfx_accum.pipeline.cli import build_parser, fixed_hyperparameters, main, options_markdown
+from tfx_accum.pipeline.arguments import fixed_hyperparameters
+from tfx_accum.pipeline.cli import build_parser, main
+from tfx_accum.pipeline.options_table import options_markdown
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -25,7 +27,7 @@ def test_readme_option_tables_are_generated_from_the_parser(command):
     assert match, f"README has no options:{command} table"
     assert match.group(1) == options_markdown(command), (
         "README option table is stale; regenerate it with "
-        "python -c 'from tfx_accum.pipeline.cli import options_markdown as o; "
+        "python -c 'from tfx_accum.pipeline.options_table import options_markdown as o; "
         f'print(o("{command}"))\''
     )
 

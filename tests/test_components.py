@@ -310,8 +310,8 @@ def test_labels_that_skip_class_zero_are_warned_about(tmp_path):
 def test_the_default_model_follows_the_data_and_image_models_need_a_square_grid(tmp_path):
     import argparse
 
-    from tfx_accum.pipeline.cli import _model_for
     from tfx_accum.pipeline.errors import InputError
+    from tfx_accum.pipeline.model_choice import model_for as _model_for
 
     def args(model, data_root):
         return argparse.Namespace(model=model, data_root=data_root, verbose=False, label_key="y")

@@ -332,8 +332,8 @@ def test_an_mse_threshold_is_an_upper_bound(regression_runs):
 
 
 def test_the_summary_says_why_the_model_was_not_blessed(multiclass_runs, regression_runs):
-    from tfx_accum.pipeline.cli import _summary_lines
     from tfx_accum.pipeline.report import RunSummary
+    from tfx_accum.pipeline.summary import summary_lines as _summary_lines
 
     evaluation = multiclass_runs["constant"]
     share = evaluation.metrics[bm.MAJORITY_CLASS_SHARE]
