@@ -325,6 +325,7 @@ def test_from_model_wraps_sequential_and_shares_weights():
         GradientAccumulationModel.from_model("not a model", 2)
 
 
+@pytest.mark.e2e
 def test_mirrored_strategy_two_replicas_is_exact():
     """Under MirroredStrategy (2 logical CPUs, in a subprocess) GA equals one-device training."""
     import json

@@ -12,6 +12,9 @@ from pipeline_runs import SMALL, digits_examples, run_cli
 
 from tfx_accum.pipeline.data import write_embedded_digits
 
+# Runs the pipeline or a command in subprocesses (minutes): `pytest -m "not e2e"` skips it.
+pytestmark = pytest.mark.e2e
+
 TESTS = str(Path(__file__).resolve().parent)  # custom_models.py lives here
 
 

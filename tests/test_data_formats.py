@@ -29,6 +29,7 @@ def _pushed(out: Path):
     return tf.saved_model.load(str(pushed))
 
 
+@pytest.mark.e2e
 def test_the_image_path_trains_on_png_examples_and_serves_image_bytes(tmp_path):
     out = tmp_path / "images"
     proc, _ = run_cli("--output-dir", str(out), "--embedded", "digit-images", *SMALL)
@@ -99,6 +100,7 @@ def _example(row: dict, integers: set[str] = frozenset()) -> bytes:
     return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
 
 
+@pytest.mark.e2e
 def test_a_csv_with_text_columns_missing_values_and_text_labels(tmp_path):
     rows, labels = _tabular_csv(tmp_path / "data")
     out = tmp_path / "out"

@@ -28,6 +28,9 @@ from reliability_runs import (
     tmpfs,
 )
 
+# Runs the pipeline or a command in subprocesses (minutes): `pytest -m "not e2e"` skips it.
+pytestmark = pytest.mark.e2e
+
 ENOSPC_LINE = re.compile(r"tfx-accum run: error: no space left on device \(ENOSPC\) writing (\S+);")
 
 

@@ -10,6 +10,9 @@ import pytest
 
 from tfx_accum.kubeflow.check_image_wheels import check
 
+# Runs the pipeline or a command in subprocesses (minutes): `pytest -m "not e2e"` skips it.
+pytestmark = pytest.mark.e2e
+
 DOCKERFILE = Path(__file__).resolve().parents[1] / "kubeflow" / "Dockerfile"
 
 # The install lines of the image before the builder stage existed (commit 01964fa): the

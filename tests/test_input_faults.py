@@ -222,6 +222,7 @@ def test_the_library_does_not_import_from_the_current_directory(tmp_path, monkey
     assert sys.path == before
 
 
+@pytest.mark.e2e
 def test_the_command_adds_the_current_directory_for_a_model_module_and_says_so(tmp_path):
     """README's ``tfx-accum run --model my_models:wide_mlp`` with my_models.py in the cwd,
     run by the installed ``tfx-accum`` script (whose own directory is on sys.path, not the

@@ -34,6 +34,9 @@ from pipeline_runs import COMPONENTS, ROOT, digits_examples
 
 from tfx_accum.pipeline.data import write_embedded_digits
 
+# Runs the pipeline or a command in subprocesses (minutes): `pytest -m "not e2e"` skips it.
+pytestmark = pytest.mark.e2e
+
 TASKS = COMPONENTS  # the compiled spec's tasks are the pipeline's components
 # The compile-time values, and the second run's (run-time parameters).
 COMPILED = {"max_trials": 2, "train_steps": 100, "bless_threshold": 0.95}

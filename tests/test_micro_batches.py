@@ -73,6 +73,7 @@ def test_each_forward_pass_sees_one_micro_batch(n, k, passes, largest, jit):
     assert float(counter.largest) == largest
 
 
+@pytest.mark.e2e
 def test_peak_memory_of_a_large_effective_batch_is_that_of_its_micro_batch():
     """Peak RSS of B=64 in 8 micro-batches vs plain B=64 (conv net, each in a process)."""
 

@@ -166,6 +166,7 @@ def _alive(pid: int) -> bool:
     return not state.split(":", 1)[1].strip().startswith("Z")
 
 
+@pytest.mark.e2e
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_workers_die_with_their_chief(first_run, tmp_path):
     """SIGKILL the Tuner's chief while both workers train: neither outlives it."""

@@ -12,6 +12,9 @@ import pytest
 import tensorflow as tf
 from pipeline_runs import COMPONENTS, ROOT, SMALL, digits_examples, run_cli  # noqa: F401 - first_run: conftest.py
 
+# Runs the pipeline or a command in subprocesses (minutes): `pytest -m "not e2e"` skips it.
+pytestmark = pytest.mark.e2e
+
 
 def test_pipeline_pushes_a_blessed_model_that_classifies_digits(first_run):
     out, stdout, _ = first_run

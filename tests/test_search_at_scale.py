@@ -13,13 +13,16 @@ import keras_tuner
 import numpy as np
 import pytest
 import tensorflow as tf
-from test_components import _tiny_splits
+from tiny_data import tiny_splits as _tiny_splits
 
 from bench.tuner_component import run_tuner_component as run_tuner_component_on
 from tfx_accum.components.hypermodel import AccumulationHyperModel
 from tfx_accum.components.micro_batch_probe import fitting_micro_batches
 from tfx_accum.components.search_space import SearchSpace
 from tfx_accum.components.search_tuners import make_tuner
+
+# Runs the pipeline or a command in subprocesses (minutes): `pytest -m "not e2e"` skips it.
+pytestmark = pytest.mark.e2e
 
 # A space whose trials differ clearly (learning rates a decade apart), so that the best
 # trial does not depend on float noise between processes.

@@ -16,6 +16,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+# Runs the pipeline or a command in subprocesses (minutes): `pytest -m "not e2e"` skips it.
+pytestmark = pytest.mark.e2e
+
 ROOT = Path(__file__).resolve().parents[1]
 
 EQUIVALENCE = """

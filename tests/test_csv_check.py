@@ -1,0 +1,59 @@
+"""The CSV check (pipeline/csv_check.py) and the embedded digits (pipeline/data.py)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tfx_accum.components.settings import ModelSettings
+from tfx_accum.pipeline.csv_check import validate_csv_dir
+from tfx_accum.pipeline.data import (
+    DIGITS_CLASS_COUNTS,
+    DataError,
+    digits_csv_text,
+    validate_data_root,
+    write_embedded_digits,
+)
+
+
+def test_embedded_digits_are_real_and_written_once(tmp_path):
+    directory = write_embedded_digits(tmp_path)
+    target = directory / "digits.csv"
+    mtime = target.stat().st_mtime_ns
+    summary = validate_data_root(str(directory), ModelSettings())
+    assert summary.rows == 1797 and summary.num_classes == 10 and len(summary.columns) == 65
+    assert summary.task == "multiclass"
+    assert tuple(c for _, c, _ in sorted(summary.label_values)) == DIGITS_CLASS_COUNTS
+    write_embedded_digits(tmp_path)
+    assert target.stat().st_mtime_ns == mtime  # unchanged file keeps the TFX cache valid
+    assert target.read_text() == digits_csv_text()
+
+
+@pytest.mark.parametrize(
+    "text,message",
+    [
+        ("", "is empty"),
+        ("a,label\n1,0\n2\n", "line 3: 1 values for 2 columns"),
+        ("a,label\n", "no data rows"),
+        ("a,label\nnan,1\n1,0\n", "not a finite number"),
+        # What CsvExampleGen would read differently from what the user meant:
+        ("\ufeffa,label\n1,0\n2,1\n", "byte-order mark"),
+        (",a,label\n0,1,0\n1,2,1\n", "column 1 has no name (a pandas index"),
+        ("a, label\n1,0\n2,1\n", "spaces around it"),
+        ("a,label\n1, 0\n2,1\n", "' 0' has spaces around it"),
+        ("a,a,label\n1,2,0\n2,3,1\n", "columns 1 and 2 are both named 'a'"),
+    ],
+)
+def test_csv_validation_messages(tmp_path, text, message):
+    (tmp_path / "d.csv").write_text(text)
+    with pytest.raises(DataError, match=re.escape(message)):
+        validate_csv_dir(str(tmp_path), "label")
+
+
+def test_labels_that_skip_class_zero_are_warned_about(tmp_path):
+    rows = "".join(f"{i},{1 + i % 2}\n" for i in range(40))
+    (tmp_path / "d.csv").write_text("a,label\n" + rows)
+    summary = validate_data_root(str(tmp_path), ModelSettings())
+    assert summary.num_classes == 3 and summary.labels == (1, 2)
+    assert "1 of the 3 classes 0..2 have no example" in summary.label_warning()

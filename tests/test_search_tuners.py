@@ -1,0 +1,116 @@
+"""The Tuner's HyperModel and tuner classes (components/hypermodel.py, search_tuners.py):
+failed trials, the effective-batch limit, reused models."""
+
+from __future__ import annotations
+
+import keras_tuner
+import numpy as np
+import pytest
+import tensorflow as tf
+from tiny_data import tiny_splits
+
+from tfx_accum.components.hypermodel import AccumulationHyperModel
+from tfx_accum.components.search_space import SearchSpace
+from tfx_accum.components.search_tuners import make_tuner
+
+
+class _OutOfMemoryAbove32(AccumulationHyperModel):
+    """Simulates a device where micro-batches above 32 do not fit: model.fit raises OOM."""
+
+    def fit(self, hp, model, *args, **kwargs):
+        if hp.get("micro_batch_size") <= 32:
+            return super().fit(hp, model, *args, **kwargs)
+
+        def out_of_memory(*args, **kwargs):
+            raise tf.errors.ResourceExhaustedError(None, None, "OOM when allocating tensor")
+
+        model.fit = out_of_memory  # this trial only: the model is reused by later trials
+        try:
+            return super().fit(hp, model, *args, **kwargs)
+        finally:
+            del model.fit
+
+
+def _search(tmp_path, micro_choices, trials):
+    space = SearchSpace(
+        accumulation_steps_choices=(1, 2),
+        micro_batch_choices=micro_choices,
+        algorithm="random",
+        max_trials=trials,
+        tuning_epochs=1,
+    )
+    hypermodel = _OutOfMemoryAbove32(space, tiny_splits(), "mlp")
+    tuner = make_tuner(space, hypermodel, str(tmp_path))
+    tuner.search(epochs=1)
+    return tuner
+
+
+def test_out_of_memory_trials_are_failed_and_the_search_goes_on(tmp_path, capsys):
+    tuner = _search(tmp_path, (8, 64), trials=6)
+    trials = list(tuner.oracle.trials.values())
+    failed = [t for t in trials if t.status == "FAILED"]
+    done = [t for t in trials if t.status == "COMPLETED"]
+    assert failed and done
+    assert all(t.hyperparameters.get("micro_batch_size") == 64 for t in failed)
+    assert all(t.hyperparameters.get("micro_batch_size") == 8 for t in done)
+    assert "out of memory with micro-batch 64" in failed[0].message
+    best = tuner.get_best_hyperparameters()[0].values
+    # The Tuner's decision: the best trial's values and its budget, nothing it measured.
+    assert set(best) == {"accumulation_steps", "micro_batch_size", "learning_rate", "examples"}
+    batch = 8 * best["accumulation_steps"]
+    assert best["examples"] == -(-96 // batch) * batch  # 1 epoch of 96 rows in whole batches
+    out = capsys.readouterr().out
+    assert "[tuner] trial" in out and "[FAILED]" in out and "[COMPLETED]" in out
+
+
+def test_search_fails_only_when_every_trial_fails(tmp_path):
+    with pytest.raises(RuntimeError, match="All 2 tuning trials failed"):
+        _search(tmp_path, (64,), trials=2)
+
+
+@pytest.mark.parametrize("algorithm", ["random", "bayesian", "hyperband"])
+def test_max_effective_batch_shapes_the_proposals(algorithm, tmp_path):
+    """Combinations above the limit are never proposed, so no trial fails for it."""
+    space = SearchSpace(
+        accumulation_steps_choices=(1, 4),
+        micro_batch_choices=(8, 16),
+        algorithm=algorithm,
+        max_trials=5,
+        tuning_epochs=2,
+        max_effective_batch=16,
+    )
+    tuner = make_tuner(space, AccumulationHyperModel(space, tiny_splits(), "mlp"), str(tmp_path))
+    tuner.search(epochs=2)
+    trials = list(tuner.oracle.trials.values())
+    assert trials
+    for trial in trials:
+        values = trial.hyperparameters.values
+        assert values["accumulation_steps"] * values["micro_batch_size"] <= 16, values
+        assert trial.status == "COMPLETED", (trial.status, trial.message)
+    # TFX ranks the trials with get_best_trials(oracle.max_trials), None for Hyperband.
+    assert len(tuner.oracle.get_best_trials(tuner.oracle.max_trials)) == len(trials)
+
+
+def test_a_reused_trial_model_trains_like_a_fresh_one():
+    """Trials with the same k reuse one traced model, reset to the same initial state."""
+    space = SearchSpace(accumulation_steps_choices=(2,), micro_batch_choices=(8, 16))
+
+    def hp(micro, lr):
+        values = keras_tuner.HyperParameters()
+        values.Fixed("accumulation_steps", 2)
+        values.Fixed("micro_batch_size", micro)
+        values.Fixed("learning_rate", lr)
+        return values
+
+    def train(hypermodel, values):
+        model = hypermodel.build(values)
+        hypermodel.fit(values, model, epochs=2)
+        return [w.copy() for w in model.get_weights()], int(model.optimizer.iterations)
+
+    reused = AccumulationHyperModel(space, tiny_splits(), "mlp")
+    train(reused, hp(16, 0.05))
+    second, updates = train(reused, hp(8, 0.01))
+    assert len(reused._models) == 1  # one model for k=2
+    fresh, fresh_updates = train(AccumulationHyperModel(space, tiny_splits(), "mlp"), hp(8, 0.01))
+    assert updates == fresh_updates == 2 * 6  # 96 rows at effective batch 2 x 8 = 16
+    assert max(float(np.max(np.abs(a - b))) for a, b in zip(second, fresh)) < 1e-6
