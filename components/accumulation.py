@@ -519,7 +519,9 @@ class GradientAccumulationModel(keras.Model):
         n = micro_batches.rows(x)
         structures = [x, y, sample_weight]
         if static:
-            schedule = micro_batches.StaticSchedule(structures, n, self._steps_value)
+            schedule = micro_batches.StaticSchedule(
+                structures, n, self._steps_value, unrolled=_xla_on_cpu()
+            )
         else:
             schedule = micro_batches.DynamicSchedule(structures, n, self._steps_tensor())
         step = _Step(all_sum(tf.cast(n, tf.float32)), self._global_denominators(schedule, all_sum))
@@ -567,15 +569,30 @@ class GradientAccumulationModel(keras.Model):
         kept0 = kept.write(kept.initial(), pred0, start0, size0) if kept else []
         carry = (acc0, loss0, outputs0, kept0)
 
+        def advance(j, cut, start, size, acc, loss_sum, outputs_sum, kept_state):
+            grads, loss, outputs, pred = micro_step(cut, start, size)
+            acc = [a.add(s, j, grads[i]) for a, s, i in zip(accumulators, acc, present)]
+            if kept:
+                kept_state = kept.write(kept_state, pred, start, size)
+            return acc, loss_sum + loss, outputs_sum + outputs, kept_state
+
         for segment in schedule.segments():
+            if segment.inline:
+                # Traced in place (XLA on a CPU); a micro-batch without rows (a batch
+                # smaller than k) is skipped, so that no layer (BatchNormalization) sees
+                # an empty batch.
+                cut, start, size = segment.fetch(segment.lo)  # outside the cond: XLA folds
+
+                def run(j=segment.lo, cut=cut, start=start, size=size, carry=carry):
+                    return advance(j, cut, start, size, *carry)
+
+                carry = tf.cond(size > 0, run, lambda carry=carry: carry)
+                continue
 
             def body(j, acc, loss_sum, outputs_sum, kept_state, segment=segment):
                 cut, start, size = segment.fetch(j)
-                grads, loss, outputs, pred = micro_step(cut, start, size)
-                acc = [a.add(s, j, grads[i]) for a, s, i in zip(accumulators, acc, present)]
-                if kept:
-                    kept_state = kept.write(kept_state, pred, start, size)
-                return j + 1, acc, loss_sum + loss, outputs_sum + outputs, kept_state
+                state = advance(j, cut, start, size, acc, loss_sum, outputs_sum, kept_state)
+                return (j + 1, *state)
 
             # A loop may only start once the work before it is done; otherwise the
             # executor can run its first forward pass alongside the previous backward
@@ -655,6 +672,9 @@ class GradientAccumulationModel(keras.Model):
                 terms = adapter.compile_loss_terms(self, yj, self._forward(xj, training=False), swj)
                 return j + 1, sums + denominators(terms)
 
+            if segment.inline:
+                _, sums = body(segment.lo, sums)
+                continue
             _, sums = tf.while_loop(
                 lambda j, _, hi=segment.hi: j < hi, body, (segment.lo, sums), parallel_iterations=1
             )
@@ -717,6 +737,11 @@ class _Predictions:
                 position += 1
             leaves.append(leaf)
         return tree.pack_sequence_as(self.structure, leaves)
+
+
+def _xla_on_cpu() -> bool:
+    """Whether XLA compiles this step for the CPU (no GPU or TPU is visible)."""
+    return not any(tf.config.list_logical_devices(kind) for kind in ("GPU", "TPU"))
 
 
 def _bypass_error(cls_name: str, k: int) -> ValueError:

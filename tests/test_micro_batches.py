@@ -178,6 +178,25 @@ def test_masking_lstm_two_outputs_uneven_batch(jit):
         np.testing.assert_allclose(hist[0][key], hist[1][key], rtol=1e-5, err_msg=key)
 
 
+@pytest.mark.parametrize("case", ["passes", "lstm", "masked-two-outputs", "embedding"])
+def test_xla_loops_as_on_a_gpu(case, monkeypatch):
+    """Under XLA on a GPU or TPU the micro-batches run in two static-shape loops; on the
+    CPU they are traced one after another (XLA's CPU loops are slow). Force the loops."""
+    from test_exactness_matrix import N, test_embedding_sparse_gradients
+
+    from tfx_accum.components import accumulation
+
+    monkeypatch.setattr(accumulation, "_xla_on_cpu", lambda: False)
+    if case == "passes":
+        test_each_forward_pass_sees_one_micro_batch(70, 4, 4, 18, True)
+    elif case == "lstm":
+        test_layers_with_loops_and_uneven_batches(lstm_classifier, (5, 3), True)
+    elif case == "masked-two-outputs":
+        test_masking_lstm_two_outputs_uneven_batch(True)
+    else:
+        test_embedding_sparse_gradients(N, "adam", True)
+
+
 # ------------------------------------------------------------ sparse and ragged
 
 
