@@ -40,9 +40,10 @@ def _run_json(args: list[str], env: dict | None = None) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def _range(speed: dict, other: str) -> str:
-    low, high = speed[f"ratio_range_vs_{other}"]
-    return f"{low:.2f}-{high:.2f}"
+def _ratio(speed: dict, other: str) -> str:
+    ratio = speed["ratio"][other]
+    low, high = ratio["range"]
+    return f"**{ratio['median']:.2f}x** [{low:.2f}-{high:.2f}]"
 
 
 def _plot(speeds: list[dict], memory: list[dict], path: Path) -> None:
@@ -51,28 +52,33 @@ def _plot(speeds: list[dict], memory: list[dict], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
     labels = {
-        "tfx_accum": "tfx-accum\nB=128, k=4",
-        "plain": "plain\nB=32",
-        "keras_option": "Keras 3 option\nB=32, k=4",
+        "tfx_accum": "tfx-accum B=128, k=4",
+        "plain_big": "plain B=128",
+        "plain_micro": "plain B=32",
+        "keras_option": "Keras 3 option B=32, k=4",
     }
-    width = 0.25
+    width = 0.2
     for i, method in enumerate(labels):
         ratios = [
-            s["seconds_per_epoch_min"][method] / s["seconds_per_epoch_min"]["plain"] for s in speeds
+            s["seconds_per_epoch_min"][method] / s["seconds_per_epoch_min"]["plain_big"]
+            for s in speeds
         ]
         ax1.bar(
-            [j + (i - 1) * width for j in range(len(speeds))],
+            [j + (i - 1.5) * width for j in range(len(speeds))],
             ratios,
             width,
-            label=labels[method].replace("\n", " "),
-            color=["C0", "C7", "C3"][i],
+            label=labels[method],
+            color=["C0", "C7", "C2", "C3"][i],
         )
-    ax1.set_xticks(range(len(speeds)), [f"{s['model']} net" for s in speeds])
-    ax1.set_ylabel("time per epoch / plain batch 32")
+    ax1.set_xticks(
+        range(len(speeds)),
+        [f"{s['model']}{' XLA' if s['jit_compile'] else ''}" for s in speeds],
+    )
+    ax1.set_ylabel("time per epoch / plain B=128")
     ax1.set_title("Speed (single-threaded TF)")
-    ax1.legend(fontsize=8)
+    ax1.legend(fontsize=7)
     names = [
         f"{m['method'].replace('tfx_accum', 'tfx-accum')}\nB={m['batch']}"
         + (f", k={m['steps']}" if m["steps"] > 1 else "")
@@ -100,7 +106,12 @@ def main(argv: list[str] | None = None) -> int:
     exactness = run_exactness(log=lambda m: print(m, flush=True))
     patterns = run_loss_patterns(log=lambda m: print(m, flush=True))
     print("[bench] speed ...", flush=True)
-    speeds = [_run_json(["bench.speed", kind, str(args.repeats)]) for kind in ("conv", "dense")]
+    speeds = [
+        _run_json(["bench.speed", kind, str(args.repeats), *(["--jit"] if jit else [])])
+        for kind in ("conv", "dense")
+        for jit in (False, True)
+    ]
+    profile = _run_json(["bench.speed", "profile"])
     memory = []
     for method, batch, steps in MEMORY_CONFIGS:
         print(f"[bench] memory: {method} B={batch} k={steps} ...", flush=True)
@@ -129,17 +140,30 @@ def main(argv: list[str] | None = None) -> int:
         f"{speeds[0]['repeats']} interleaved rounds; ratios: median of per-round ratios "
         "[range])",
         "",
-        "| model | tfx-accum B=128 k=4 (min s) | plain batch 32 (min s) "
-        "| Keras 3 option micro 32 k=4 (min s) "
-        "| tfx-accum / plain | tfx-accum / Keras option |",
-        "| --- | --- | --- | --- | --- | --- |",
+        "| model | XLA | tfx-accum B=128 k=4 (min s) | plain B=128 (min s) "
+        "| plain B=32 (min s) | Keras 3 option B=32 k=4 (min s) "
+        "| tfx-accum / plain B=128 (same updates) | tfx-accum / plain B=32 (micro-batch) "
+        "| tfx-accum / Keras option |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
         *[
-            f"| {SPEED_MODELS[s['model']]} | {s['seconds_per_epoch_min']['tfx_accum']:.3f} "
-            f"| {s['seconds_per_epoch_min']['plain']:.3f} "
-            f"| {s['seconds_per_epoch_min']['keras_option']:.3f} "
-            f"| **{s['ratio_vs_plain_batch32']:.2f}x** [{_range(s, 'plain_batch32')}] "
-            f"| **{s['ratio_vs_keras_option']:.2f}x** [{_range(s, 'keras_option')}] |"
+            f"| {SPEED_MODELS[s['model']]} | {'yes' if s['jit_compile'] else 'no'} "
+            + "".join(
+                f"| {s['seconds_per_epoch_min'][m]:.3f} "
+                for m in ("tfx_accum", "plain_big", "plain_micro", "keras_option")
+            )
+            + f"| {_ratio(s, 'plain_big')} | {_ratio(s, 'plain_micro')} "
+            f"| {_ratio(s, 'keras_option')} |"
             for s in speeds
+        ],
+        "",
+        "### Where the dense net's extra time goes (ms per step at B=128, k=4, "
+        "without the optimizer update and Keras's step overhead; best of rounds)",
+        "",
+        "| piece | ms |",
+        "| --- | --- |",
+        *[
+            f"| {name.replace('_', ' ')} | {ms:.2f} |"
+            for name, ms in profile["milliseconds"].items()
         ],
         "",
         "## Memory (3-layer conv net on 64x64x3, peak RSS increase over the idle process)",
@@ -161,6 +185,7 @@ def main(argv: list[str] | None = None) -> int:
                 "exactness": [asdict(r) for r in exactness],
                 "loss_patterns": [asdict(r) for r in patterns],
                 "speed": speeds,
+                "dense_step_profile": profile,
                 "memory": memory,
             },
             indent=2,

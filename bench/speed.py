@@ -1,14 +1,21 @@
-"""Time per epoch: tfx-accum (k=4, micro 32) vs plain fit at batch 32 vs Keras 3's option.
+"""Time per epoch: tfx-accum against plain ``fit`` at the same effective batch and at the
+micro-batch, and against Keras 3's optimizer option, with and without XLA.
 
 Two models, each timed in its own process: ``conv``, a small convolutional network on
 32x32x3 inputs where compute (convolutions over activations) dominates; and ``dense``, a
-1.3M-parameter MLP where per-update work (the Adam update, step dispatch) is visible.
+1.3M-parameter MLP where per-update work (the Adam update, step dispatch) and the
+per-micro-batch weight gradients are visible. Methods (all Adam, the same data):
+
+- ``tfx_accum``: GradientAccumulationModel, B=128 in k=4 micro-batches of 32;
+- ``plain_big``: plain ``fit`` at B=128, the same updates (the cost accumulation adds);
+- ``plain_micro``: plain ``fit`` at B=32, 4x the updates (what fits without accumulation);
+- ``keras_option``: ``Adam(gradient_accumulation_steps=4)`` fed batches of 32.
 
 Single-threaded TensorFlow, timed in process CPU time (``time.process_time``), with the
-three methods interleaved in each round. The ratios are the median over rounds of the
-per-round ratios: a paired comparison, so that the drift of a shared, noisy 2-core machine
-cancels out (the range over rounds is reported too). Run with ``python -m bench.speed``; prints
-JSON on the last line.
+methods interleaved in each round. The ratios are the median over rounds of the per-round
+ratios: a paired comparison, so that the drift of a shared, noisy 2-core machine cancels
+out (the range over rounds is reported too). Run with ``python -m bench.speed MODEL
+[REPEATS] [--jit]``; prints JSON on the last line.
 """
 
 from __future__ import annotations
@@ -21,10 +28,12 @@ import time
 
 MICRO, STEPS, REPEATS = 32, 4, 9
 SAMPLES = {"conv": 512, "dense": 2048}
-METHODS = ("tfx_accum", "plain", "keras_option")
+METHODS = ("tfx_accum", "plain_big", "plain_micro", "keras_option")
+BATCH = {"tfx_accum": MICRO * STEPS, "plain_big": MICRO * STEPS, "plain_micro": MICRO}
+BATCH["keras_option"] = MICRO
 
 
-def main(model_kind: str = "conv", repeats: int = REPEATS) -> dict:
+def main(model_kind: str = "conv", repeats: int = REPEATS, jit: bool = False) -> dict:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import tensorflow as tf
 
@@ -53,51 +62,143 @@ def main(model_kind: str = "conv", repeats: int = REPEATS) -> dict:
             h = keras.layers.Dense(1024, activation="relu")(inputs)
             h = keras.layers.Dense(1024, activation="relu")(h)
         outputs = keras.layers.Dense(10)(h)
+        optimizer = keras.optimizers.Adam(1e-3)
         if method == "tfx_accum":
             model = GradientAccumulationModel(inputs, outputs, gradient_accumulation_steps=STEPS)
-            optimizer = keras.optimizers.Adam(1e-3)
-        elif method == "keras_option":
-            model = keras.Model(inputs, outputs)
-            optimizer = keras.optimizers.Adam(1e-3, gradient_accumulation_steps=STEPS)
         else:
             model = keras.Model(inputs, outputs)
-            optimizer = keras.optimizers.Adam(1e-3)
+            if method == "keras_option":
+                optimizer = keras.optimizers.Adam(1e-3, gradient_accumulation_steps=STEPS)
         model.compile(
             optimizer=optimizer,
             loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-            jit_compile=False,
+            jit_compile=jit,
         )
         return model
 
-    batch = {"tfx_accum": MICRO * STEPS, "plain": MICRO, "keras_option": MICRO}
     models = {m: build(m) for m in METHODS}
-    for method, model in models.items():  # trace and warm up
-        model.fit(x, y, batch_size=batch[method], epochs=1, verbose=0, shuffle=False)
+    warm_up = {}
+    for method, model in models.items():  # trace (and compile) and warm up
+        start = time.process_time()
+        model.fit(x, y, batch_size=BATCH[method], epochs=1, verbose=0, shuffle=False)
+        warm_up[method] = time.process_time() - start
     times: dict[str, list[float]] = {m: [] for m in METHODS}
     for _ in range(repeats):
         for method, model in models.items():
             start = time.process_time()
-            model.fit(x, y, batch_size=batch[method], epochs=1, verbose=0, shuffle=False)
+            model.fit(x, y, batch_size=BATCH[method], epochs=1, verbose=0, shuffle=False)
             times[method].append(time.process_time() - start)
-    best = {m: min(t) for m, t in times.items()}
 
     def paired(other):
         ratios = sorted(a / b for a, b in zip(times["tfx_accum"], times[other]))
-        return statistics.median(ratios), ratios[0], ratios[-1]
+        return {"median": statistics.median(ratios), "range": [ratios[0], ratios[-1]]}
 
-    vs_plain, vs_keras = paired("plain"), paired("keras_option")
     return {
-        "seconds_per_epoch_min": best,
-        "ratio_vs_plain_batch32": vs_plain[0],
-        "ratio_vs_keras_option": vs_keras[0],
-        "ratio_range_vs_plain_batch32": vs_plain[1:],
-        "ratio_range_vs_keras_option": vs_keras[1:],
         "model": model_kind,
+        "jit_compile": jit,
         "samples": samples,
         "repeats": repeats,
+        "seconds_per_epoch_min": {m: min(t) for m, t in times.items()},
+        "first_epoch_seconds": warm_up,
+        "ratio": {other: paired(other) for other in METHODS[1:]},
     }
 
 
+def profile(repeats: int = 20) -> dict:
+    """Where the dense net's accumulation step spends its time beyond the big batch's.
+
+    Times, in one process (single-threaded, process CPU time, best of rounds), pieces of
+    one training step at B=128 without the optimizer update or Keras's step overhead:
+    the big batch's forward and backward pass; k=4 micro-batches' forward and backward
+    passes without adding their gradients (the cost of smaller matrix products: each
+    micro-batch writes a whole weight gradient); the k-1 accumulator adds alone; and the
+    whole accumulated gradient (loop, per-micro-batch loss split and adds) as
+    GradientAccumulationModel computes it. Returns milliseconds per step.
+    """
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import tensorflow as tf
+
+    tf.config.threading.set_intra_op_parallelism_threads(1)
+    tf.config.threading.set_inter_op_parallelism_threads(1)
+    import keras
+    import numpy as np
+
+    keras.utils.set_random_seed(0)
+    inputs = keras.Input((256,))
+    h = keras.layers.Dense(1024, activation="relu")(inputs)
+    h = keras.layers.Dense(1024, activation="relu")(h)
+    model = keras.Model(inputs, keras.layers.Dense(10)(h))
+    weights = model.trainable_weights
+    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    rng = np.random.default_rng(0)
+    batch = MICRO * STEPS
+    x = tf.constant(rng.normal(size=(batch, 256)).astype("float32"))
+    y = tf.constant(rng.integers(0, 10, batch))
+
+    def gradient(xb, yb):
+        with tf.GradientTape() as tape:
+            loss = loss_fn(yb, model(xb, training=True))
+        return tape.gradient(loss, weights)
+
+    def part(j):
+        return x[j * MICRO : (j + 1) * MICRO], y[j * MICRO : (j + 1) * MICRO]
+
+    @tf.function
+    def big_batch():
+        return gradient(x, y)
+
+    @tf.function
+    def micro_batches_no_adds():
+        return [g for j in range(STEPS) for g in gradient(*part(j))]
+
+    grads = micro_batches_no_adds()
+
+    @tf.function
+    def adds_only():
+        total = grads[: len(weights)]
+        for j in range(1, STEPS):
+            chunk = grads[j * len(weights) : (j + 1) * len(weights)]
+            total = [a + b for a, b in zip(total, chunk)]
+        return total
+
+    @tf.function
+    def micro_batches_with_adds():
+        total = gradient(*part(0))
+        for j in range(1, STEPS):
+            total = [a + b for a, b in zip(total, gradient(*part(j)))]
+        return total
+
+    pieces = {
+        "big_batch_forward_backward": big_batch,
+        "micro_batches_forward_backward_no_adds": micro_batches_no_adds,
+        "accumulator_adds_only": adds_only,
+        "micro_batches_with_adds_unrolled": micro_batches_with_adds,
+    }
+    result = {}
+    for name, function in pieces.items():
+        function()
+        function()
+        best = float("inf")
+        for _ in range(5):
+            start = time.process_time()
+            for _ in range(repeats):
+                function()
+            best = min(best, (time.process_time() - start) / repeats)
+        result[name] = best * 1000.0
+    return {"model": "dense", "batch": batch, "steps": STEPS, "milliseconds": result}
+
+
 if __name__ == "__main__":
-    kind = sys.argv[1] if len(sys.argv) > 1 else "conv"
-    print(json.dumps(main(kind, int(sys.argv[2]) if len(sys.argv) > 2 else REPEATS)))
+    if sys.argv[1:2] == ["profile"]:
+        print(json.dumps(profile()))
+        sys.exit(0)
+    args = [a for a in sys.argv[1:] if a != "--jit"]
+    print(
+        json.dumps(
+            main(
+                args[0] if args else "conv",
+                int(args[1]) if len(args) > 1 else REPEATS,
+                "--jit" in sys.argv[1:],
+            )
+        )
+    )

@@ -519,7 +519,9 @@ class GradientAccumulationModel(keras.Model):
         n = micro_batches.rows(x)
         structures = [x, y, sample_weight]
         if static:
-            schedule = micro_batches.StaticSchedule(structures, n, self._steps_value)
+            schedule = micro_batches.StaticSchedule(
+                structures, n, self._steps_value, unrolled=_xla_on_cpu()
+            )
         else:
             schedule = micro_batches.DynamicSchedule(structures, n, self._steps_tensor())
         step = _Step(all_sum(tf.cast(n, tf.float32)), self._global_denominators(schedule, all_sum))
@@ -530,7 +532,7 @@ class GradientAccumulationModel(keras.Model):
         # then equals plain Keras's); they are kept only where a metric needs them.
         keep_predictions = adapter.has_compiled_metrics(self) or self._overrides("compute_metrics")
 
-        def micro_step(cut, start, size):
+        def micro_step(cut, start, size, maybe_empty=False):
             xj, yj, swj = cut
             step.share = tf.math.divide_no_nan(tf.cast(size, tf.float32), step.samples)
             step.super_called, step.own_value = False, None
@@ -543,10 +545,18 @@ class GradientAccumulationModel(keras.Model):
                 finally:
                     step.collecting = False
                 objective = self._objective(step, value)
+                logged = objective + step.log_delta
+                if maybe_empty:
+                    # A micro-batch without rows adds nothing, also where a value over its
+                    # 0 rows (a mean) is NaN; its weight gradients are sums over 0 rows.
+                    objective = tf.where(size > 0, objective, 0.0)
+                    logged = tf.where(size > 0, logged, 0.0)
                 scaled = self.optimizer.scale_loss(objective)
             grads = tape.gradient(scaled, trainable)
             per_output = tf.stack(step.per_output) if step.per_output else tf.zeros([0], tf.float32)
-            return grads, objective + step.log_delta, per_output, y_pred
+            if maybe_empty:
+                per_output = tf.where(size > 0, per_output, tf.zeros_like(per_output))
+            return grads, logged, per_output, y_pred
 
         # First micro-batch outside the loop: it fixes which gradients exist (None ones
         # stay None, as in plain Keras) and seeds the accumulators.
@@ -567,15 +577,35 @@ class GradientAccumulationModel(keras.Model):
         kept0 = kept.write(kept.initial(), pred0, start0, size0) if kept else []
         carry = (acc0, loss0, outputs0, kept0)
 
+        def advance(j, cut, start, size, acc, loss_sum, outputs_sum, kept_state, empty=False):
+            grads, loss, outputs, pred = micro_step(cut, start, size, maybe_empty=empty)
+            acc = [a.add(s, j, grads[i]) for a, s, i in zip(accumulators, acc, present)]
+            if kept:
+                kept_state = kept.write(kept_state, pred, start, size)
+            return acc, loss_sum + loss, outputs_sum + outputs, kept_state
+
         for segment in schedule.segments():
+            if segment.inline:
+                # Traced in place (XLA on a CPU). A micro-batch may have no rows (a batch
+                # smaller than k): it adds nothing (see micro_step). A BatchNormalization
+                # that trains would update its moving statistics from 0 rows (NaN), so
+                # then it is skipped with a cond (slower: XLA compiles convolutions in a
+                # cond's branches as it does in loops).
+                cut, start, size = segment.fetch(segment.lo)  # outside any cond: XLA folds
+
+                def run(j=segment.lo, cut=cut, start=start, size=size, carry=carry):
+                    return advance(j, cut, start, size, *carry, empty=True)
+
+                if self._training_batch_normalization():
+                    carry = tf.cond(size > 0, run, lambda carry=carry: carry)
+                else:
+                    carry = run()
+                continue
 
             def body(j, acc, loss_sum, outputs_sum, kept_state, segment=segment):
                 cut, start, size = segment.fetch(j)
-                grads, loss, outputs, pred = micro_step(cut, start, size)
-                acc = [a.add(s, j, grads[i]) for a, s, i in zip(accumulators, acc, present)]
-                if kept:
-                    kept_state = kept.write(kept_state, pred, start, size)
-                return j + 1, acc, loss_sum + loss, outputs_sum + outputs, kept_state
+                state = advance(j, cut, start, size, acc, loss_sum, outputs_sum, kept_state)
+                return (j + 1, *state)
 
             # A loop may only start once the work before it is done; otherwise the
             # executor can run its first forward pass alongside the previous backward
@@ -655,6 +685,9 @@ class GradientAccumulationModel(keras.Model):
                 terms = adapter.compile_loss_terms(self, yj, self._forward(xj, training=False), swj)
                 return j + 1, sums + denominators(terms)
 
+            if segment.inline:
+                _, sums = body(segment.lo, sums)
+                continue
             _, sums = tf.while_loop(
                 lambda j, _, hi=segment.hi: j < hi, body, (segment.lo, sums), parallel_iterations=1
             )
@@ -717,6 +750,11 @@ class _Predictions:
                 position += 1
             leaves.append(leaf)
         return tree.pack_sequence_as(self.structure, leaves)
+
+
+def _xla_on_cpu() -> bool:
+    """Whether XLA compiles this step for the CPU (no GPU or TPU is visible)."""
+    return not any(tf.config.list_logical_devices(kind) for kind in ("GPU", "TPU"))
 
 
 def _bypass_error(cls_name: str, k: int) -> ValueError:

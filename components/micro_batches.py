@@ -12,7 +12,11 @@ split of the rows is; they differ in shapes, memory and what a compiler needs):
   micro-batches of ``n // k + 1`` rows run in one loop and the others, of ``n // k`` rows,
   in a second (XLA compiles a step per batch shape, so both sizes are constants there).
   Layers with loops of their own (LSTM, GRU, ``while_loop``) then compile; with sizes
-  that depend on the loop counter, XLA cannot infer their batch dimension.
+  that depend on the loop counter, XLA cannot infer their batch dimension. On a CPU the
+  ``k`` micro-batches are traced one after another instead of in loops (``unrolled``):
+  XLA's CPU backend compiles convolution gradients inside a ``while`` loop to code about
+  50x slower than the same convolutions outside one (``bench.speed``'s conv net); the
+  order of the traced micro-batches is then left to XLA's (memory-aware) scheduler.
 
 Dense tensors are cut by slicing; in the static schedule each loop's slice size is a
 loop-invariant that XLA folds to a constant. ``tf.SparseTensor`` and ``tf.RaggedTensor``
@@ -30,7 +34,13 @@ from typing import Any
 import tensorflow as tf
 from keras import tree
 
-__all__ = ["DynamicSchedule", "Segment", "StaticSchedule", "check_splittable", "first_leaf"]
+__all__ = [
+    "DynamicSchedule",
+    "Segment",
+    "StaticSchedule",
+    "check_splittable",
+    "first_leaf",
+]
 
 
 def first_leaf(structure: Any) -> Any:
@@ -95,6 +105,7 @@ class Segment:
     lo: Any
     hi: Any
     fetch: Callable[[Any], tuple[list[Any], Any, Any]]
+    inline: bool = False  # one micro-batch (j = lo) traced in place, not in a loop
 
 
 class DynamicSchedule:
@@ -138,10 +149,11 @@ class StaticSchedule:
 
     static = True
 
-    def __init__(self, structures: list[Any], n: tf.Tensor, k: int):
+    def __init__(self, structures: list[Any], n: tf.Tensor, k: int, unrolled: bool = False):
         self.structures = structures
         self.n = n
         self.k = k
+        self.unrolled = unrolled
         self.q = n // k  # rows of the short micro-batches
         self.r = n - self.q * k  # how many have one row more
         self.first_size = self.q + tf.minimum(self.r, 1)
@@ -162,6 +174,14 @@ class StaticSchedule:
 
     def segments(self) -> list[Segment]:
         q, r, k = self.q, self.r, self.k
+        if self.unrolled:
+            # Micro-batch j in place: ``q + 1`` rows for j < r, else ``q`` (0 when n < k).
+            def fetch(j):
+                size = q + tf.cast(j < r, tf.int32)
+                start = j * q + tf.minimum(j, r)
+                return self._cut(start, size), start, size
+
+            return [Segment(j, j + 1, fetch, inline=True) for j in range(1, k)]
         # The long loop is compiled even when it has no micro-batch (r = 0): its size
         # must still fit in the batch.
         long_size = tf.minimum(q + 1, self.n)

@@ -24,7 +24,7 @@ from keras import ops
 from packaging.version import Version
 from test_accumulation import JIT, assert_equivalent, fit_both
 
-from tfx_accum.components import GradientAccumulationModel, keras_adapter
+from tfx_accum.components import GradientAccumulationModel, accumulation, keras_adapter
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -66,8 +66,11 @@ def test_each_forward_pass_sees_one_micro_batch(n, k, passes, largest, jit):
     model.compile(optimizer="sgd", loss="sparse_categorical_crossentropy", jit_compile=jit)
     model.fit(x, y, batch_size=n, epochs=1, verbose=0, shuffle=False)
     # One step over the whole batch: k forward passes (fewer if the batch has fewer
-    # rows), every row seen once, none with more than ceil(n / k) rows.
+    # rows; under XLA on the CPU, where the k micro-batches are traced one after another,
+    # the empty ones run on 0 rows), every row seen once, none with more than ceil(n / k).
     assert int(model.optimizer.iterations) == 1
+    if jit and n < k and accumulation._xla_on_cpu():
+        passes = k
     assert float(counter.passes) == passes
     assert float(counter.rows) == n
     assert float(counter.largest) == largest
@@ -177,6 +180,53 @@ def test_masking_lstm_two_outputs_uneven_batch(jit):
     assert_equivalent(plain, ga, tol)
     for key in ("loss", "tags_loss", "label_loss", "tags_accuracy"):
         np.testing.assert_allclose(hist[0][key], hist[1][key], rtol=1e-5, err_msg=key)
+
+
+@pytest.mark.parametrize("case", ["passes", "lstm", "masked-two-outputs", "embedding"])
+def test_xla_loops_as_on_a_gpu(case, monkeypatch):
+    """Under XLA on a GPU or TPU the micro-batches run in two static-shape loops; on the
+    CPU they are traced one after another (XLA's CPU loops are slow). Force the loops."""
+    from test_exactness_matrix import N, test_embedding_sparse_gradients
+
+    monkeypatch.setattr(accumulation, "_xla_on_cpu", lambda: False)
+    if case == "passes":
+        test_each_forward_pass_sees_one_micro_batch(70, 4, 4, 18, True)
+    elif case == "lstm":
+        test_layers_with_loops_and_uneven_batches(lstm_classifier, (5, 3), True)
+    elif case == "masked-two-outputs":
+        test_masking_lstm_two_outputs_uneven_batch(True)
+    else:
+        test_embedding_sparse_gradients(N, "adam", True)
+
+
+@JIT
+def test_a_batch_smaller_than_k_with_add_loss_and_batch_normalization(jit):
+    """Empty micro-batches (XLA on the CPU, B < k) add nothing: a mean add_loss over 0 rows
+    is NaN, and BatchNormalization would update its moving statistics from 0 rows."""
+    from test_exactness_matrix import MeanKL, _with, regression_data
+
+    x, y, _ = regression_data(n=3)
+    plain, ga, hist, tol = fit_both(
+        _with(MeanKL),
+        4,
+        dict(x=x, y=y, batch_size=3, epochs=2),
+        dict(loss="mse"),
+        "momentum",
+        jit,
+        add_loss_reduction="mean",
+    )
+    assert_equivalent(plain, ga, tol)
+    np.testing.assert_allclose(hist[0]["loss"], hist[1]["loss"], rtol=1e-5)
+    inputs = keras.Input((8,))
+    norm = keras.layers.BatchNormalization()
+    model = GradientAccumulationModel(
+        inputs, keras.layers.Dense(2)(norm(inputs)), gradient_accumulation_steps=4
+    )
+    model.compile(optimizer="sgd", loss="mse", jit_compile=jit)
+    with pytest.warns(UserWarning, match="BatchNormalization"):
+        model.fit(x, y, batch_size=3, epochs=1, verbose=0)
+    assert np.all(np.isfinite(norm.moving_mean.numpy()))
+    assert np.all(np.isfinite(norm.moving_variance.numpy()))
 
 
 # ------------------------------------------------------------ sparse and ragged
