@@ -199,12 +199,31 @@ def batched(
     repeat: bool = True,
     drop_remainder: bool = False,
 ) -> tf.data.Dataset:
-    """Shuffles (optionally), repeats and batches an unbatched split."""
+    """Shuffles (optionally), repeats and batches an unbatched split.
+
+    The batch dimension is left unknown (unless ``drop_remainder``: TPUs need it static):
+    a repeated stream would otherwise tell every batch size apart, and a model would trace
+    its training step once per effective batch of a search instead of once.
+    """
     if shuffle_seed is not None:
         dataset = dataset.shuffle(4096, seed=shuffle_seed, reshuffle_each_iteration=True)
     if repeat:
         dataset = dataset.repeat()
-    return dataset.batch(batch_size, drop_remainder=drop_remainder).prefetch(tf.data.AUTOTUNE)
+    dataset = dataset.batch(batch_size, drop_remainder=drop_remainder)
+    if not drop_remainder:
+        dataset = dataset.map(_any_batch_size)
+    return dataset.prefetch(tf.data.AUTOTUNE)
+
+
+def _any_batch_size(*structure):
+    """The same tensors, with an unknown batch dimension (their values are untouched)."""
+
+    def relax(tensor):
+        shape = [None, *tensor.shape[1:]]
+        return tf.raw_ops.PlaceholderWithDefault(input=tensor, shape=shape)
+
+    relaxed = tf.nest.map_structure(relax, structure)
+    return relaxed if len(relaxed) > 1 else relaxed[0]
 
 
 # Keys of TensorFlow's keyed hash (SipHash), fixed so that a fingerprint is stable.

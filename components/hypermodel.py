@@ -77,7 +77,7 @@ class AccumulationHyperModel(keras_tuner.HyperModel):
         self.model_name = model_name
         self.replicas = replicas
         self.last_timing: EpochTimes | None = None  # of the latest fit, for the trial line
-        self._models: dict[tuple, tuple[keras.Model, list]] = {}  # (k, own) -> model, state
+        self._models: dict[tuple, tuple[keras.Model, list]] = {}  # own values -> model, state
 
     def declare_hyperparameters(self, hp: keras_tuner.HyperParameters) -> None:
         """Keras Tuner's hook for the space: ours (a model function declares its own as it
@@ -91,34 +91,50 @@ class AccumulationHyperModel(keras_tuner.HyperModel):
         )
 
     def build(self, hp: keras_tuner.HyperParameters):
-        """The trial's model: compiled once per accumulation step count, then reused.
+        """The trial's model: built, compiled and traced once, then reset for every trial.
 
         Every trial starts from the same initial weights (seeded) and a fresh optimizer
-        state; only ``k`` changes the model, so a model built and traced for one ``k`` is
-        reset and reused by later trials with the same ``k`` (a different micro-batch only
-        changes the batch size, a different learning rate is a variable). Tracing the
-        training step was most of a small trial's time. Returns None without data (a
-        parallel search's chief: the space is declared, no model is put on a device).
+        state. Accumulation is exact whatever ``k``, so ``k`` is a setting of the one
+        model (``gradient_accumulation_steps``, read by the traced step from a variable:
+        no retrace), the micro-batch only changes the batch size (the batch dimension of
+        the traced step is unknown), and the learning rate is a variable: one traced
+        training step serves the whole search (``trace_count``). Under XLA, where ``k``
+        fixes the compiled shapes, each new ``k`` compiles the step again. A model
+        function's own hyperparameters shape the model: one model per their values.
+        Returns None without data (a parallel search's chief: the space is declared, no
+        model is put on a device).
         """
         _, _, lr = self.space.declare(hp)
         if self.splits is None:
             return None
         k = self.plan(hp).steps_per_replica
-        key = (k, _own_values(hp))
+        key = _own_values(hp)
         if key not in self._models:
             keras.utils.set_random_seed(self.space.seed)
             model = build_model(self.model_name, self.splits.data, k, lr, hp=hp)
+            # Every variable exists before the training step is traced: a tf.function that
+            # creates variables on its first call traces itself twice. The optimizer's
+            # slots, and the compiled metrics' (built by one evaluation, whose test step
+            # each trial's validation traces anyway).
             model.optimizer.build(model.trainable_variables)
+            model.evaluate(self.splits.validation.take(1).batch(EVAL_BATCH), verbose=0)
             state = [v.numpy() for v in (*model.variables, *model.optimizer.variables)]
             self._models[key] = (model, state)
             # A model function declares its own hyperparameters as it builds: the same
             # model is then found under their values too.
-            self._models[(k, _own_values(hp))] = self._models[key]
+            self._models[_own_values(hp)] = self._models[key]
         model, state = self._models[key]
         for variable, value in zip((*model.variables, *model.optimizer.variables), state):
             variable.assign(value)
-        model.optimizer.learning_rate = lr
+        model.optimizer.learning_rate.assign(lr)
+        model.gradient_accumulation_steps = k
         return model
+
+    @property
+    def trace_count(self) -> int:
+        """How many times the training step of this search's models has been traced."""
+        models = {id(model): model for model, _ in self._models.values()}
+        return sum(model.train_step_trace_count for model in models.values())
 
     def fit(self, hp: keras_tuner.HyperParameters, model, *args, **kwargs):
         plan = self.plan(hp)

@@ -179,11 +179,14 @@ class AccumulationTunerMixin:
 
     def search(self, *args, **kwargs):
         if parallel_search.is_worker():
-            return super().search(*args, **kwargs)  # asks the chief's oracle for trials
+            super().search(*args, **kwargs)  # asks the chief's oracle for trials
+            self._say_traces()
+            return
         if self.parallel_trials > 1 and self.worker_spec is not None:
             parallel_search.run_workers(self, self.parallel_trials, self.worker_spec)
         else:
             super().search(*args, **kwargs)
+            self._say_traces()
         trials = list(self.oracle.trials.values())
         if not any(t.status == "COMPLETED" for t in trials):
             last = next((t.message for t in reversed(trials) if t.message), "no trial ran")
@@ -194,6 +197,20 @@ class AccumulationTunerMixin:
                 "micro_batch_choices, or a larger max_effective_batch."
             )
         self._say_results(trials)
+
+    def _say_traces(self) -> None:
+        """How often this process traced the training step (1: one step for the search)."""
+        traces = self.hypermodel.trace_count
+        if traces:
+            console.say(
+                f"[tuner] the training step was traced {traces} time(s) in this process: "
+                + (
+                    "one traced step served every trial's k and micro-batch"
+                    if traces == 1
+                    else "once per model (a model function's own hyperparameters) and, under "
+                    "XLA, once per accumulation step count"
+                )
+            )
 
     def _say_results(self, trials: list) -> None:
         reused = [t for t in trials if _metric(t, TRIAL_REUSED_FROM) is not None]

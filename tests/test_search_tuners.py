@@ -92,12 +92,13 @@ def test_max_effective_batch_shapes_the_proposals(algorithm, tmp_path):
 
 
 def test_a_reused_trial_model_trains_like_a_fresh_one():
-    """Trials with the same k reuse one traced model, reset to the same initial state."""
-    space = SearchSpace(accumulation_steps_choices=(2,), micro_batch_choices=(8, 16))
+    """Every trial reuses one traced model, reset to the same initial state and given the
+    trial's k: a trial after another k trains what a fresh model trains."""
+    space = SearchSpace(accumulation_steps_choices=(2, 4), micro_batch_choices=(8, 16))
 
-    def hp(micro, lr):
+    def hp(micro, lr, k=2):
         values = keras_tuner.HyperParameters()
-        values.Fixed("accumulation_steps", 2)
+        values.Fixed("accumulation_steps", k)
         values.Fixed("micro_batch_size", micro)
         values.Fixed("learning_rate", lr)
         return values
@@ -108,9 +109,26 @@ def test_a_reused_trial_model_trains_like_a_fresh_one():
         return [w.copy() for w in model.get_weights()], int(model.optimizer.iterations)
 
     reused = AccumulationHyperModel(space, tiny_splits(), "mlp")
-    train(reused, hp(16, 0.05))
+    train(reused, hp(16, 0.05, k=4))
     second, updates = train(reused, hp(8, 0.01))
-    assert len(reused._models) == 1  # one model for k=2
+    assert len(reused._models) == 1  # one model for every k
+    assert reused.trace_count == 1  # and one traced step
     fresh, fresh_updates = train(AccumulationHyperModel(space, tiny_splits(), "mlp"), hp(8, 0.01))
     assert updates == fresh_updates == 2 * 6  # 96 rows at effective batch 2 x 8 = 16
     assert max(float(np.max(np.abs(a - b))) for a, b in zip(second, fresh)) < 1e-6
+
+
+def test_one_traced_step_serves_the_whole_default_search(tmp_path):
+    """The default space (k 1-8, m 8-64, a log range of learning rates), 8 trials: the
+    training step is traced once (counted, not timed)."""
+    space = SearchSpace(tuning_epochs=1)
+    hypermodel = AccumulationHyperModel(space, tiny_splits(), "mlp")
+    make_tuner(space, hypermodel, str(tmp_path)).search(epochs=1)
+    trials = list(make_tuner(space, hypermodel, str(tmp_path), resume=True).oracle.trials.values())
+    assert len(trials) == space.max_trials == 8
+    splits = {
+        (t.hyperparameters.get("accumulation_steps"), t.hyperparameters.get("micro_batch_size"))
+        for t in trials
+    }
+    assert len({k for k, _ in splits}) > 1 and len({m for _, m in splits}) > 1
+    assert hypermodel.trace_count == 1
