@@ -55,8 +55,9 @@ def check(output_dir: Path) -> None:
         parent = next(p for p in output_dir.parents if p.exists())
         if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
             raise InputError(
-                f"--output-dir {str(output_dir)!r} cannot be created ({parent} is not a "
-                "writable directory); choose a writable directory."
+                f"--output-dir {str(output_dir)!r} cannot be written (it does not exist, and "
+                f"{parent} is not a writable directory to create it in); choose a writable "
+                "directory."
             )
         return
     try:
