@@ -159,6 +159,9 @@ def read_splits(fn_args, data: DataDescription) -> Splits:
             f"split (every {VALIDATION_EVERY}th example) and train on the rest."
         )
 
+    # Plain TensorFlow, no Python control flow on tensors: autograph's conversion of the
+    # whole call tree (Keras preprocessing layers included) cost seconds in every process.
+    @tf.autograph.experimental.do_not_convert
     def preprocess(batch):
         raw = dense_raw(batch, data, with_label=True)
         label = preprocessor.encode_label(raw.pop(data.label_key))
@@ -173,9 +176,11 @@ def read_splits(fn_args, data: DataDescription) -> Splits:
 
     def part(keep_validation: bool) -> tf.data.Dataset:
         held = examples.filter(
-            lambda i, _: tf.equal(i % VALIDATION_EVERY == VALIDATION_EVERY - 1, keep_validation)
+            tf.autograph.experimental.do_not_convert(
+                lambda i, _: tf.equal(i % VALIDATION_EVERY == VALIDATION_EVERY - 1, keep_validation)
+            )
         )
-        return held.map(lambda _, example: example)
+        return held.map(tf.autograph.experimental.do_not_convert(lambda _, example: example))
 
     return Splits(
         part(False), part(True), data, training_examples(data), preprocessor, validation_size
@@ -211,7 +216,7 @@ def batched(
         dataset = dataset.repeat()
     dataset = dataset.batch(batch_size, drop_remainder=drop_remainder)
     if not drop_remainder:
-        dataset = dataset.map(_any_batch_size)
+        dataset = dataset.map(tf.autograph.experimental.do_not_convert(_any_batch_size))
     return dataset.prefetch(tf.data.AUTOTUNE)
 
 

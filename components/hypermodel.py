@@ -24,7 +24,7 @@ import tensorflow as tf
 from tfx_accum.components.data import Splits, batched
 from tfx_accum.components.features import DataDescription
 from tfx_accum.components.micro_batch_probe import fitting_micro_batches
-from tfx_accum.components.models import build_model
+from tfx_accum.components.models import build_model, ready_to_trace
 from tfx_accum.components.peak_memory import PeakMemory
 from tfx_accum.components.search_policy import exceeds_effective_batch_limit, steps_per_epoch
 from tfx_accum.components.search_space import SearchSpace
@@ -112,12 +112,7 @@ class AccumulationHyperModel(keras_tuner.HyperModel):
         if key not in self._models:
             keras.utils.set_random_seed(self.space.seed)
             model = build_model(self.model_name, self.splits.data, k, lr, hp=hp)
-            # Every variable exists before the training step is traced: a tf.function that
-            # creates variables on its first call traces itself twice. The optimizer's
-            # slots, and the compiled metrics' (built by one evaluation, whose test step
-            # each trial's validation traces anyway).
-            model.optimizer.build(model.trainable_variables)
-            model.evaluate(self.splits.validation.take(1).batch(EVAL_BATCH), verbose=0)
+            ready_to_trace(model, self.splits.validation.take(1).batch(EVAL_BATCH))
             state = [v.numpy() for v in (*model.variables, *model.optimizer.variables)]
             self._models[key] = (model, state)
             # A model function declares its own hyperparameters as it builds: the same

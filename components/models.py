@@ -139,3 +139,16 @@ def build_model(
     )
     model.compile(optimizer=keras.optimizers.Adam(learning_rate), **compile_arguments(data.task))
     return model
+
+
+def ready_to_trace(model: keras.Model, sample) -> None:
+    """Creates every variable training needs before the training step is traced.
+
+    A ``tf.function`` that creates variables on its first call traces itself twice: the
+    optimizer's slots and the compiled metrics' variables would be created in the first
+    trace of the step. The slots are built here, the metrics by one evaluation of
+    ``sample`` (a batched dataset shaped like the validation data: its test step is the one
+    validation traces anyway).
+    """
+    model.optimizer.build(model.trainable_variables)
+    model.evaluate(sample, verbose=0)

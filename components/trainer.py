@@ -21,10 +21,10 @@ import logging
 import math
 import os
 import time
+from typing import TYPE_CHECKING
 
 import keras
 import tensorflow as tf
-from tfx import v1 as tfx
 
 from tfx_accum import console
 from tfx_accum.components.data import (
@@ -34,7 +34,7 @@ from tfx_accum.components.data import (
     read_splits,
 )
 from tfx_accum.components.export import export_serving_model
-from tfx_accum.components.models import build_model
+from tfx_accum.components.models import build_model, ready_to_trace
 from tfx_accum.components.search_policy import trainer_budget
 from tfx_accum.components.search_space import SearchSpace
 from tfx_accum.components.settings import (
@@ -47,6 +47,9 @@ from tfx_accum.components.settings import (
 from tfx_accum.components.strategy import choose_strategy, replica_plan
 from tfx_accum.components.tasks import OBJECTIVES
 from tfx_accum.components.training_backup import TrainingBackup
+
+if TYPE_CHECKING:  # importing tfx.v1 loads its Google Cloud extensions: 5 s in every Trainer
+    from tfx.components.trainer.fn_args_utils import FnArgs
 
 
 def resolve_hyperparameters(fn_args) -> tuple[Hyperparameters, object, TunerDecision | None]:
@@ -107,7 +110,7 @@ class ProgressLine(keras.callbacks.Callback):
         )
 
 
-def run_fn(fn_args: tfx.components.FnArgs) -> None:
+def run_fn(fn_args: FnArgs) -> None:
     """TFX entry point: train, log to TensorBoard, export the serving model."""
     settings = ModelSettings.from_custom_config(fn_args.custom_config)
     config = fn_args.custom_config or {}
@@ -132,6 +135,7 @@ def run_fn(fn_args: tfx.components.FnArgs) -> None:
         model = build_model(
             settings.model, splits.data, plan.steps_per_replica, hp.learning_rate, hp=values
         )
+        ready_to_trace(model, splits.validation.take(1).batch(EVAL_BATCH))
     objective, direction = OBJECTIVES[data.task]
     # TPUs need static shapes: whole batches only (the GA model then slices statically).
     tpu = isinstance(strategy, tf.distribute.TPUStrategy)
