@@ -46,8 +46,18 @@ from pathlib import Path, PurePosixPath
 from tfx_accum.kubeflow import dockerfile
 
 SYSTEM_COMMANDS = ("apt-get", "apt", "useradd", "groupadd", "install", "chown", "chmod", "rm")
-# Environment variables of the host that would change what the replayed steps do.
-_HOST_ONLY = ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "CONDA_PREFIX")
+# Environment variables of the host that would change what the replayed steps do. A docker
+# build sees none of them. TF_USE_LEGACY_KERAS in particular is set in the host's own process by
+# importing TFX (tensorflow_transform sets it on import), so a replay started from a process that
+# imported the pipeline would otherwise fail the image's Keras 3 check.
+_HOST_ONLY = (
+    "VIRTUAL_ENV",
+    "PYTHONPATH",
+    "PYTHONHOME",
+    "PYTHONSTARTUP",
+    "CONDA_PREFIX",
+    "TF_USE_LEGACY_KERAS",
+)
 _PIP_SHIM = r'''#!{host_python}
 """`python` in a replayed stage: the stage's interpreter; pip as uv pip where uv is given."""
 import os, sys

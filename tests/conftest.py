@@ -36,4 +36,15 @@ def first_run(tmp_path_factory):
 def image(tmp_path_factory):
     from image_layout import replayed_image
 
-    return replayed_image(tmp_path_factory.mktemp("image"))
+    # Whether or not an earlier test imported TFX (whose tensorflow_transform sets
+    # TF_USE_LEGACY_KERAS=1 in this process), the replay must behave like a docker build, which
+    # sees none of the host's environment: set it here so the order of tests cannot matter.
+    before = os.environ.get("TF_USE_LEGACY_KERAS")
+    os.environ["TF_USE_LEGACY_KERAS"] = "1"
+    try:
+        return replayed_image(tmp_path_factory.mktemp("image"))
+    finally:
+        if before is None:
+            os.environ.pop("TF_USE_LEGACY_KERAS")
+        else:
+            os.environ["TF_USE_LEGACY_KERAS"] = before
