@@ -36,7 +36,6 @@ import json
 import os
 import shutil
 import tempfile
-from typing import Any
 
 TF_CONFIG = "TF_CONFIG"
 CHIEF, WORKER = "chief", "worker"
@@ -163,20 +162,3 @@ class Cluster:
         """Deletes this worker's temporary folders (none on the chief)."""
         while self._temporary:
             shutil.rmtree(self._temporary.pop(), ignore_errors=True)
-
-
-def shard_like_one_device(dataset: Any) -> Any:
-    """``dataset`` sharded by its elements, not its files, across the workers.
-
-    Each worker reads the whole (seeded, so identical) stream and keeps its part of every
-    global batch: the global batches are the ones a single device would train on, in the
-    same order, so the model equals single-device training (and the best trial's, whose
-    data order the Trainer repeats). File sharding (TensorFlow's default for file-based
-    datasets) would give each worker other examples in another order. The cost: every
-    worker reads every example.
-    """
-    import tensorflow as tf
-
-    options = tf.data.Options()
-    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
-    return dataset.with_options(options)

@@ -8,8 +8,11 @@ Referenced from the pipeline as ``run_fn="tfx_accum.components.trainer.run_fn"``
   Tuner module.
 - ``train_steps`` counts **optimizer updates** (each one is a whole effective batch of
   ``k * m`` examples), not micro-batches.
-- The strategy follows the devices present (TPU, several GPUs, else default) and the batch
-  is shared among replicas as in :mod:`components.strategy`.
+- The strategy follows the devices present (TPU, several GPUs, else default), or
+  ``TF_CONFIG`` naming several workers (``MultiWorkerMirroredStrategy``), and the batch is
+  shared among all replicas as in :mod:`components.strategy`. With several workers the
+  chief alone writes the model, logs and backups; the others write to temporary
+  folders of their own (:mod:`components.multi_worker`).
 - TensorBoard logs go to ``fn_args.model_run_dir``; the serving SavedModel to
   ``fn_args.serving_model_dir``.
 """
@@ -27,6 +30,7 @@ import tensorflow as tf
 from tfx import v1 as tfx
 
 from tfx_accum import console
+from tfx_accum.components import distributed_input
 from tfx_accum.components import keras_adapter as adapter
 from tfx_accum.components.data import (
     batched,
@@ -36,6 +40,7 @@ from tfx_accum.components.data import (
 )
 from tfx_accum.components.export import export_serving_model
 from tfx_accum.components.models import build_model
+from tfx_accum.components.multi_worker import Cluster
 from tfx_accum.components.search_policy import trainer_budget
 from tfx_accum.components.search_space import SearchSpace
 from tfx_accum.components.settings import (
@@ -89,7 +94,7 @@ class ProgressLine(keras.callbacks.Callback):
 
     def on_train_begin(self, logs=None):
         # After BackupAndRestore (earlier in the list): a resumed run counts on from there.
-        self.done = self._last_done = int(self.model.optimizer.iterations)
+        self.done = self._last_done = updates_done(self.model)
         self._start = self._last = time.monotonic()
 
     def on_train_batch_end(self, batch, logs=None):
@@ -113,6 +118,7 @@ def run_fn(fn_args: tfx.components.FnArgs) -> None:
     config = fn_args.custom_config or {}
     hp, values, decision = resolve_hyperparameters(fn_args)
     strategy = choose_strategy()
+    cluster = Cluster.from_env()
     plan = replica_plan(hp.accumulation_steps, hp.micro_batch_size, strategy.num_replicas_in_sync)
     if plan.global_batch != hp.effective_batch:
         logging.warning(
@@ -144,20 +150,33 @@ def run_fn(fn_args: tfx.components.FnArgs) -> None:
     updates = budget.updates
     steps_per_epoch = max(1, min(math.ceil(splits.train_size / plan.global_batch), updates))
     epochs = math.ceil(updates / steps_per_epoch)  # the last one stops at `updates`
-    backup_dir = backup_location(fn_args, hp, settings, updates)
+    # The chief's backup; another worker's private copy of it (multi_worker.py).
+    backup_dir = cluster.own_backup(backup_location(fn_args, hp, settings, updates))
     # A resumed run starts at the same place of the same shuffled stream (the stream is a
     # function of the seed only), so it ends with the weights of an uninterrupted run.
     resumed_epoch = adapter.backup_epoch(backup_dir)
-    train = batched(splits.train, plan.global_batch, shuffle_seed=seed, drop_remainder=tpu)
-    if resumed_epoch:
-        train = train.skip(resumed_epoch * steps_per_epoch)
+
+    def stream():
+        train = batched(splits.train, plan.global_batch, shuffle_seed=seed, drop_remainder=tpu)
+        return train.skip(resumed_epoch * steps_per_epoch) if resumed_epoch else train
+
+    # Under a strategy: the stream of one device, also when Keras reads it twice and
+    # across workers (distributed_input.py).
+    if distributed_input.keras_reads_twice(strategy):
+        train = distributed_input.same_stream_for_every_iterator(stream)
+    else:
+        train = stream()
     validation = splits.validation.batch(EVAL_BATCH, drop_remainder=tpu)
+    if cluster.multi_worker:
+        train = distributed_input.shard_like_one_device(train)
+        validation = distributed_input.shard_like_one_device(validation)
+    model_run_dir = cluster.own_dir(fn_args.model_run_dir)
     progress = ProgressLine(updates, plan.global_batch)
     callbacks = [
         # Restores weights, optimizer state and the epoch after an interruption (a killed
         # process, a preempted Kubeflow pod that is retried); saved at every epoch's end.
         keras.callbacks.BackupAndRestore(backup_dir, save_freq="epoch", delete_checkpoint=False),
-        keras.callbacks.TensorBoard(log_dir=fn_args.model_run_dir, update_freq="epoch"),
+        keras.callbacks.TensorBoard(log_dir=model_run_dir, update_freq="epoch"),
         StopAfterUpdates(updates),
         progress,
     ]
@@ -175,7 +194,9 @@ def run_fn(fn_args: tfx.components.FnArgs) -> None:
         f"[trainer] {updates} optimizer updates at global batch {plan.global_batch} = "
         f"{updates * plan.global_batch:,} examples ({budget.reason}; {epochs} epochs of "
         f"{splits.train_size:,}, validation on {splits.validation_size:,} held out; "
-        f"{strategy.num_replicas_in_sync} replica(s))"
+        f"{strategy.num_replicas_in_sync} replica(s)"
+        + (f" on {cluster.workers} workers" if cluster.multi_worker else "")
+        + ")"
         + (f"; resuming after epoch {resumed_epoch} from {backup_dir}" if resumed_epoch else "")
     )
     # One fit call, so that one shuffled input stream runs through every epoch; the last
@@ -195,13 +216,17 @@ def run_fn(fn_args: tfx.components.FnArgs) -> None:
             f"{best_epoch.best_epoch + 1} of {len(history['loss'])} (the model keeps that "
             "epoch's weights)" + _label_units(data, history, best_epoch.best_epoch)
         )
-    write_budget(
-        fn_args.model_run_dir, done, plan.global_batch, best_epoch.best, best_epoch.best_epoch + 1
-    )
-    with tf.io.gfile.GFile(os.path.join(fn_args.model_run_dir, DESCRIPTION_FILE), "w") as handle:
+    write_budget(model_run_dir, done, plan.global_batch, best_epoch.best, best_epoch.best_epoch + 1)
+    with tf.io.gfile.GFile(os.path.join(model_run_dir, DESCRIPTION_FILE), "w") as handle:
         json.dump(splits.data.to_json(), handle, indent=1)
-    export_serving_model(model, splits.data, splits.preprocessor, fn_args.serving_model_dir)
-    tf.io.gfile.rmtree(backup_dir)  # finished: a later run with these inputs starts afresh
+    # Every worker exports (a save may take part in collective operations); only the
+    # chief's export is the Trainer's output.
+    export_serving_model(
+        model, splits.data, splits.preprocessor, cluster.own_dir(fn_args.serving_model_dir)
+    )
+    if cluster.is_chief:
+        tf.io.gfile.rmtree(backup_dir)  # finished: a later run with these inputs starts afresh
+    cluster.clean_up()
 
 
 PATIENCE = 5  # epochs without improvement before early stopping (not the best trial's budget)
@@ -309,6 +334,12 @@ def backup_location(
     )
 
 
+def updates_done(model: keras.Model) -> int:
+    """The optimizer's update count. Under a strategy it is a distributed variable, which
+    ``int()`` refuses (``MirroredVariable``); its NumPy value is the count."""
+    return int(keras.ops.convert_to_numpy(model.optimizer.iterations))
+
+
 class StopAfterUpdates(keras.callbacks.Callback):
     """Stops training once the optimizer has made ``updates`` updates (also after a resume)."""
 
@@ -317,5 +348,5 @@ class StopAfterUpdates(keras.callbacks.Callback):
         self.updates = updates
 
     def on_train_batch_end(self, batch, logs=None):
-        if int(self.model.optimizer.iterations) >= self.updates:
+        if updates_done(self.model) >= self.updates:
             self.model.stop_training = True

@@ -22,7 +22,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import tensorflow as tf  # noqa: E402
 
 from tfx_accum.components import keras_adapter  # noqa: E402
-from tfx_accum.components.multi_worker import Cluster, shard_like_one_device  # noqa: E402
+from tfx_accum.components.distributed_input import shard_like_one_device  # noqa: E402
+from tfx_accum.components.multi_worker import Cluster  # noqa: E402
 from tfx_accum.components.strategy import choose_strategy, replica_plan  # noqa: E402
 
 # The strategy first: collective operations must be configured before TensorFlow runs any.
