@@ -34,6 +34,7 @@ from google.protobuf import text_format
 from tensorflow_metadata.proto.v0 import schema_pb2
 
 from tfx_accum import console
+from tfx_accum.components.distributed_input import same_stream_for_every_iterator
 from tfx_accum.components.features import (
     DataDescription,
     Preprocessor,
@@ -199,12 +200,24 @@ def batched(
     repeat: bool = True,
     drop_remainder: bool = False,
 ) -> tf.data.Dataset:
-    """Shuffles (optionally), repeats and batches an unbatched split."""
-    if shuffle_seed is not None:
-        dataset = dataset.shuffle(4096, seed=shuffle_seed, reshuffle_each_iteration=True)
-    if repeat:
-        dataset = dataset.repeat()
-    return dataset.batch(batch_size, drop_remainder=drop_remainder).prefetch(tf.data.AUTOTUNE)
+    """Shuffles (optionally), repeats and batches an unbatched split.
+
+    Every iterator of a shuffled result yields the same stream, the first one's: under a
+    distribution strategy Keras's ``fit`` reads a dataset once before training, which
+    would otherwise move the seeded shuffle on (components/distributed_input.py).
+    """
+
+    def stream() -> tf.data.Dataset:
+        data = dataset
+        if shuffle_seed is not None:
+            data = data.shuffle(4096, seed=shuffle_seed, reshuffle_each_iteration=True)
+        if repeat:
+            data = data.repeat()
+        return data.batch(batch_size, drop_remainder=drop_remainder).prefetch(tf.data.AUTOTUNE)
+
+    if shuffle_seed is None:
+        return stream()
+    return same_stream_for_every_iterator(stream)
 
 
 # Keys of TensorFlow's keyed hash (SipHash), fixed so that a fingerprint is stable.

@@ -11,7 +11,9 @@ order as the trial, which trains on one device. Two things change the order unde
   iterator, so training would see the dataset's *second* order (measured: weights 2e-3
   apart after 18 updates). :func:`same_stream_for_every_iterator` builds the dataset
   inside ``flat_map``, so that every iterator starts a fresh shuffle with the same seeds:
-  each yields the first order, the one a single device trains on.
+  each yields the first order, the one a single device trains on. The Tuner's trials and
+  the Trainer get their streams so (``components.data.batched``), with or without a
+  strategy.
 - **Several workers shard it.** For a file-based dataset TensorFlow's default is to give
   each worker its own files, so the global batches are not a single device's.
   :func:`shard_like_one_device` shards by elements instead: every worker reads the whole
@@ -26,13 +28,6 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import tensorflow as tf
-
-
-def keras_reads_twice(strategy: tf.distribute.Strategy) -> bool:
-    """Whether a model built under ``strategy`` gets Keras's extra read (any strategy but
-    the default one)."""
-    with strategy.scope():
-        return tf.distribute.has_strategy()
 
 
 def same_stream_for_every_iterator(make: Callable[[], tf.data.Dataset]) -> tf.data.Dataset:

@@ -155,19 +155,11 @@ def run_fn(fn_args: tfx.components.FnArgs) -> None:
     # A resumed run starts at the same place of the same shuffled stream (the stream is a
     # function of the seed only), so it ends with the weights of an uninterrupted run.
     resumed_epoch = adapter.backup_epoch(backup_dir)
-
-    def stream():
-        train = batched(splits.train, plan.global_batch, shuffle_seed=seed, drop_remainder=tpu)
-        return train.skip(resumed_epoch * steps_per_epoch) if resumed_epoch else train
-
-    # Under a strategy: the stream of one device, also when Keras reads it twice and
-    # across workers (distributed_input.py).
-    if distributed_input.keras_reads_twice(strategy):
-        train = distributed_input.same_stream_for_every_iterator(stream)
-    else:
-        train = stream()
+    train = batched(splits.train, plan.global_batch, shuffle_seed=seed, drop_remainder=tpu)
+    if resumed_epoch:
+        train = train.skip(resumed_epoch * steps_per_epoch)
     validation = splits.validation.batch(EVAL_BATCH, drop_remainder=tpu)
-    if cluster.multi_worker:
+    if cluster.multi_worker:  # the global batches of one device, split among the workers
         train = distributed_input.shard_like_one_device(train)
         validation = distributed_input.shard_like_one_device(validation)
     model_run_dir = cluster.own_dir(fn_args.model_run_dir)

@@ -15,6 +15,8 @@ import tensorflow as tf
 from equivalence import classification_data, dense_classifier
 from test_exactness_matrix import masked_and_plain_outputs, sequence_data
 
+from tfx_accum.components.data import batched
+
 GLOBAL_BATCH = 32
 ACCUMULATION_STEPS = 4  # k over all replicas: ceil(4 / 2) = 2 micro-batches per replica
 MICRO_BATCH = 8
@@ -24,6 +26,12 @@ EPOCHS = 2
 def _dense_data(n: int):
     x, y, sample_weight = classification_data(n=n)
     return tf.data.Dataset.from_tensor_slices((x, y, sample_weight)).batch(GLOBAL_BATCH)
+
+
+def _shuffled_data(n: int):
+    x, y, sample_weight = classification_data(n=n)
+    examples = tf.data.Dataset.from_tensor_slices((x, y, sample_weight))
+    return batched(examples, GLOBAL_BATCH, shuffle_seed=7)
 
 
 def _sequence_data(n: int):
@@ -58,14 +66,17 @@ CASES = {
         ),
         accumulate=True,
     ),
-    # Plain Keras under the same strategy (what fails with TensorFlow's own class).
-    "plain_keras": dict(
+    # Plain Keras under the same strategy (what fails with TensorFlow's own class), on
+    # the Trainer's seeded, reshuffled, repeated stream: Keras reads it once before
+    # training under a strategy, and the stream must still be one device's.
+    "plain_keras_shuffled": dict(
         build=lambda: dense_classifier(regularized=False),
-        data=lambda: _dense_data(40),
+        data=lambda: _shuffled_data(40),
         compile=lambda: dict(
             loss="sparse_categorical_crossentropy", optimizer=keras.optimizers.SGD(0.1)
         ),
         accumulate=False,
+        fit=dict(steps_per_epoch=3),
     ),
 }
 

@@ -121,7 +121,9 @@ def main(out: Path) -> dict:
                     model, gradient_accumulation_steps=plan.steps_per_replica
                 )
             model.compile(**case["compile"]())
-        model.fit(shard_like_one_device(case["data"]()), epochs=EPOCHS, verbose=0)
+        model.fit(
+            shard_like_one_device(case["data"]()), epochs=EPOCHS, verbose=0, **case.get("fit", {})
+        )
         np.savez(out / f"{name}-{cluster.task_index}.npz", **state(model))
         if case["accumulate"]:
             counts = {}

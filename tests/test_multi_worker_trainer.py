@@ -28,7 +28,7 @@ from clusters import free_ports
 from tfx_accum.components.settings import Hyperparameters, ModelSettings
 
 IMAGE = "europe-docker.pkg.dev/proj/repo/tfx-accum:0.1.0"
-UPDATES = 90  # 3 epochs of 30 updates at global batch 32 (958 training examples)
+UPDATES = 60  # 2 epochs of 30 updates at global batch 32 (937 training examples)
 
 
 def _latest(directory: Path) -> str:
@@ -178,7 +178,7 @@ def test_a_two_machine_vertex_trainer_resumes_and_equals_one_device(
         proc.communicate()
     (metadata,) = backup_root.glob("*/training_metadata.json")
     resumed_at = json.loads(metadata.read_text())["epoch"]
-    assert 1 <= resumed_at < 3, resumed_at
+    assert resumed_at == 1, resumed_at
     outputs = finish([start(command, config) for config in vertex_tf_configs(2)])
     assert f"resuming after epoch {resumed_at}" in outputs[0], outputs[0][-3000:]
     assert "on 2 workers" in outputs[0]
