@@ -34,6 +34,7 @@ from google.protobuf import text_format
 from tensorflow_metadata.proto.v0 import schema_pb2
 
 from tfx_accum import console
+from tfx_accum.components.distributed_input import same_stream_for_every_iterator
 from tfx_accum.components.features import (
     DataDescription,
     Preprocessor,
@@ -209,15 +210,24 @@ def batched(
     The batch dimension is left unknown (unless ``drop_remainder``: TPUs need it static):
     a repeated stream would otherwise tell every batch size apart, and a model would trace
     its training step once per effective batch of a search instead of once.
+
+    Every iterator of a shuffled result yields the same stream, the first one's: under a
+    distribution strategy Keras's ``fit`` reads a dataset once before training, which
+    would otherwise move the seeded shuffle on (components/distributed_input.py).
     """
-    if shuffle_seed is not None:
-        dataset = dataset.shuffle(4096, seed=shuffle_seed, reshuffle_each_iteration=True)
-    if repeat:
-        dataset = dataset.repeat()
-    dataset = dataset.batch(batch_size, drop_remainder=drop_remainder)
+
+    def stream() -> tf.data.Dataset:
+        data = dataset
+        if shuffle_seed is not None:
+            data = data.shuffle(4096, seed=shuffle_seed, reshuffle_each_iteration=True)
+        if repeat:
+            data = data.repeat()
+        return data.batch(batch_size, drop_remainder=drop_remainder)
+
+    result = stream() if shuffle_seed is None else same_stream_for_every_iterator(stream)
     if not drop_remainder:
-        dataset = dataset.map(tf.autograph.experimental.do_not_convert(_any_batch_size))
-    return dataset.prefetch(tf.data.AUTOTUNE)
+        result = result.map(tf.autograph.experimental.do_not_convert(_any_batch_size))
+    return result.prefetch(tf.data.AUTOTUNE)
 
 
 def _any_batch_size(*structure):

@@ -17,6 +17,10 @@ Keras is here, each with a comment saying why:
 - ``keras.src.models.functional.Functional`` and ``functional_init_arguments``: to build
   functional instances of GradientAccumulationModel without letting Keras rewrite the
   class's bases (see ``functional_variant``).
+- How Keras 3's TensorFlow trainer calls ``Strategy.reduce`` (``_maybe_symbolic_build``,
+  ``reduce_per_replica``), which fails across several workers:
+  ``MultiWorkerMirroredStrategy`` answers those two calls as they are meant (see
+  ``MultiWorkerMirroredStrategy`` below; keras-team/keras#20585).
 
 Tested on the versions named in ``pyproject.toml`` (``keras`` lower bound) and the pinned
 one in ``constraints.txt``: ``tests/test_accumulation.py`` fails if any of this changes.
@@ -32,6 +36,7 @@ import dataclasses
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import tensorflow as tf
 from keras import ops, tree
 from keras.src import backend as _backend
 from keras.src.losses import loss as _loss_lib
@@ -40,6 +45,7 @@ from keras.src.models import model as _model
 
 __all__ = [
     "LossTerm",
+    "MultiWorkerMirroredStrategy",
     "added_losses",
     "recording_activity_losses",
     "call_has_training_arg",
@@ -275,6 +281,56 @@ def _hidden_metrics(compile_loss: Any, count: int) -> Iterator[None]:
         yield
     finally:
         compile_loss._metrics = metrics
+
+
+# ------------------------------------------------------- several workers
+
+
+class MultiWorkerMirroredStrategy(tf.distribute.MultiWorkerMirroredStrategy):
+    """``tf.distribute.MultiWorkerMirroredStrategy`` that Keras 3's ``fit`` can train with.
+
+    With two or more workers, plain Keras 3 ``fit`` under TensorFlow's strategy fails before
+    its first step (keras-team/keras#20585, tensorflow/tensorflow#72388; Keras 3.8 to 3.12
+    at least, and Keras master as of 2026-12). Keras's TensorFlow trainer
+    (``keras/src/backend/tensorflow/trainer.py``) makes two calls of ``Strategy.reduce``
+    that TensorFlow answers on one worker and rejects on several:
+
+    1. ``TensorFlowTrainer._maybe_symbolic_build`` takes the first distributed batch (a
+       nest of ``PerReplica`` values) and calls ``reduce("MEAN", batch, axis=None)`` to
+       get a batch to build the model's state from (by its shapes). ``MirroredStrategy``
+       reduces a nest leaf by leaf (``MirroredExtended._reduce_to`` maps over it);
+       ``MultiWorkerMirroredStrategy`` across workers tries to convert the whole nest to
+       one tensor (``ValueError: Attempt to convert a value (PerReplica:{...}) with an
+       unsupported type``). Here a nest is reduced leaf by leaf, as ``MirroredStrategy``
+       does.
+    2. ``reduce_per_replica`` (the logs of every train and test step) calls
+       ``reduce("MEAN", value, axis=0)`` under a multi-worker strategy, where with one
+       worker it takes the mean over the replicas of each value; the logs are scalars, so
+       ``axis=0`` is out of range (``ValueError: Invalid reduction dimension 0 for input
+       with 0 dimensions``). Here a scalar is reduced with ``axis=None``: the mean over
+       all replicas of all workers, Keras's meaning, in one all-reduce.
+
+    Every other call is TensorFlow's own, and both cases above are calls that TensorFlow
+    rejects, so no valid use changes meaning. Gradients are not touched: Keras's optimizer
+    sums them with one ``all_reduce`` per update (``_all_reduce_sum_gradients``).
+    Tested with two worker processes (``tests/test_multi_worker.py``).
+    """
+
+    def reduce(self, reduce_op, value, axis):
+        mean = str(getattr(reduce_op, "value", reduce_op)).upper() == "MEAN"
+        if isinstance(value, (list, tuple, dict)):  # case 1: leaf by leaf
+            return tree.map_structure(lambda leaf: self.reduce(reduce_op, leaf, axis), value)
+        if mean and axis is not None and _rank(value) == 0:
+            axis = None  # case 2: a scalar log, averaged over the replicas
+        return super().reduce(reduce_op, value, axis)
+
+
+def _rank(value: Any) -> int | None:
+    """The rank of a tensor, or of each replica's part of a distributed value."""
+    if isinstance(value, tf.distribute.DistributedValues):
+        value = value.values[0]
+    shape = getattr(value, "shape", None)
+    return None if shape is None else shape.rank
 
 
 # ------------------------------------------------------------ functional models

@@ -6,6 +6,12 @@ processes micro-batches of ``m`` and accumulates ``ceil(k / R)`` of them, so the
 batch is ``R * ceil(k / R) * m``: exactly ``B`` when ``R`` divides ``k``, and the smallest
 multiple of ``R * m`` above ``B`` otherwise (logged). ``k = 1`` with ``R`` replicas gives
 ``R * m``: data parallelism cannot go below one micro-batch per device.
+
+``R`` counts the replicas of every worker: with ``TF_CONFIG`` naming several workers
+(Vertex AI Training, a Kubeflow ``TFJob``) the strategy is ``MultiWorkerMirroredStrategy``
+over all GPUs (or the CPU) of all workers, in the form Keras 3's ``fit`` can train with
+(:class:`~components.keras_adapter.MultiWorkerMirroredStrategy`), and the plan shares
+``k`` among all of them.
 """
 
 from __future__ import annotations
@@ -51,8 +57,21 @@ def replica_plan(accumulation_steps: int, micro_batch_size: int, replicas: int) 
     return ReplicaPlan(replicas, math.ceil(accumulation_steps / replicas), micro_batch_size)
 
 
-def strategy_kind(num_gpus: int, tpu_present: bool) -> str:
-    """``"tpu"`` when a TPU is attached, ``"mirrored"`` for 2+ GPUs, else ``"default"``."""
+def strategy_kind(num_gpus: int, tpu_present: bool, workers: int = 1) -> str:
+    """``"multi_worker"`` when ``TF_CONFIG`` names several workers, ``"tpu"`` when a TPU is
+    attached, ``"mirrored"`` for 2+ GPUs, else ``"default"``.
+
+    Several workers with a TPU are refused (``ValueError``): a TPU slice spanning hosts
+    trains under ``TPUStrategy`` with a TPU cluster resolver, not with ``TF_CONFIG``.
+    """
+    if workers > 1:
+        if tpu_present:
+            raise ValueError(
+                f"TF_CONFIG names {workers} workers, but this process sees a TPU: several "
+                "TPU hosts train under TPUStrategy over one slice, which this Trainer does "
+                "not set up; train on one TPU host (one worker) or on GPU workers."
+            )
+        return "multi_worker"
     if tpu_present:
         return "tpu"
     if num_gpus > 1:
@@ -117,9 +136,19 @@ def choose_strategy():
     """The ``tf.distribute`` strategy for the devices this process sees (a pod, a laptop)."""
     import tensorflow as tf
 
+    from tfx_accum.components.multi_worker import Cluster
+
     check_node_pool()
-    kind = strategy_kind(len(tf.config.list_physical_devices("GPU")), _tpu_present())
-    if kind == "tpu":
+    cluster = Cluster.from_env()
+    kind = strategy_kind(
+        len(tf.config.list_physical_devices("GPU")), _tpu_present(), cluster.workers
+    )
+    if kind == "multi_worker":
+        from tfx_accum.components.keras_adapter import MultiWorkerMirroredStrategy
+
+        # TF_CONFIG names the cluster; every local GPU (else the CPU) is a replica.
+        strategy = MultiWorkerMirroredStrategy()
+    elif kind == "tpu":
         resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu="local")
         tf.config.experimental_connect_to_cluster(resolver)
         tf.tpu.experimental.initialize_tpu_system(resolver)
@@ -129,8 +158,9 @@ def choose_strategy():
     else:
         strategy = tf.distribute.get_strategy()
     logging.info(
-        "Distribution strategy: %s with %d replica(s).",
+        "Distribution strategy: %s with %d replica(s)%s.",
         type(strategy).__name__,
         strategy.num_replicas_in_sync,
+        f" on {cluster.describe()}" if cluster.multi_worker else "",
     )
     return strategy

@@ -8,8 +8,11 @@ Referenced from the pipeline as ``run_fn="tfx_accum.components.trainer.run_fn"``
   Tuner module.
 - ``train_steps`` counts **optimizer updates** (each one is a whole effective batch of
   ``k * m`` examples), not micro-batches.
-- The strategy follows the devices present (TPU, several GPUs, else default) and the batch
-  is shared among replicas as in :mod:`components.strategy`.
+- The strategy follows the devices present (TPU, several GPUs, else default), or
+  ``TF_CONFIG`` naming several workers (``MultiWorkerMirroredStrategy``), and the batch is
+  shared among all replicas as in :mod:`components.strategy`. With several workers the
+  chief alone writes the model, logs and backups; the others write to temporary
+  folders of their own (:mod:`components.multi_worker`).
 - TensorBoard logs go to ``fn_args.model_run_dir``; the serving SavedModel to
   ``fn_args.serving_model_dir``.
 """
@@ -27,6 +30,7 @@ import keras
 import tensorflow as tf
 
 from tfx_accum import console
+from tfx_accum.components import distributed_input
 from tfx_accum.components.data import (
     batched,
     describe_data,
@@ -35,6 +39,7 @@ from tfx_accum.components.data import (
 )
 from tfx_accum.components.export import export_serving_model
 from tfx_accum.components.models import build_model, ready_to_trace
+from tfx_accum.components.multi_worker import Cluster
 from tfx_accum.components.search_policy import trainer_budget
 from tfx_accum.components.search_space import SearchSpace
 from tfx_accum.components.settings import (
@@ -92,7 +97,7 @@ class ProgressLine(keras.callbacks.Callback):
 
     def on_train_begin(self, logs=None):
         # After TrainingBackup (earlier in the list): a resumed run counts on from there.
-        self.done = self._last_done = int(self.model.optimizer.iterations)
+        self.done = self._last_done = updates_done(self.model)
         self._start = self._last = time.monotonic()
 
     def on_train_batch_end(self, batch, logs=None):
@@ -116,6 +121,7 @@ def run_fn(fn_args: FnArgs) -> None:
     config = fn_args.custom_config or {}
     hp, values, decision = resolve_hyperparameters(fn_args)
     strategy = choose_strategy()
+    cluster = Cluster.from_env()
     plan = replica_plan(hp.accumulation_steps, hp.micro_batch_size, strategy.num_replicas_in_sync)
     if plan.global_batch != hp.effective_batch:
         logging.warning(
@@ -148,7 +154,8 @@ def run_fn(fn_args: FnArgs) -> None:
     updates = budget.updates
     steps_per_epoch = max(1, min(math.ceil(splits.train_size / plan.global_batch), updates))
     epochs = math.ceil(updates / steps_per_epoch)  # the last one stops at `updates`
-    backup_dir = backup_location(fn_args, hp, settings, updates)
+    # The chief's backup; another worker's private copy of it (multi_worker.py).
+    backup_dir = cluster.own_backup(backup_location(fn_args, hp, settings, updates))
     # A resumed run starts at the same place of the same shuffled stream (the stream is a
     # function of the seed only), so it ends with the weights of an uninterrupted run.
     backup = TrainingBackup(backup_dir)  # complete or absent, never a stuck directory
@@ -157,12 +164,16 @@ def run_fn(fn_args: FnArgs) -> None:
     if resumed_epoch:
         train = train.skip(resumed_epoch * steps_per_epoch)
     validation = splits.validation.batch(EVAL_BATCH, drop_remainder=tpu)
+    if cluster.multi_worker:  # the global batches of one device, split among the workers
+        train = distributed_input.shard_like_one_device(train)
+        validation = distributed_input.shard_like_one_device(validation)
+    model_run_dir = cluster.own_dir(fn_args.model_run_dir)
     progress = ProgressLine(updates, plan.global_batch)
     callbacks = [
         # Restores weights, optimizer state and the epoch after an interruption (a killed
         # process, a preempted Kubeflow pod that is retried); saved at every epoch's end.
         backup,
-        keras.callbacks.TensorBoard(log_dir=fn_args.model_run_dir, update_freq="epoch"),
+        keras.callbacks.TensorBoard(log_dir=model_run_dir, update_freq="epoch"),
         StopAfterUpdates(updates),
         progress,
     ]
@@ -180,7 +191,9 @@ def run_fn(fn_args: FnArgs) -> None:
         f"[trainer] {updates} optimizer updates at global batch {plan.global_batch} = "
         f"{updates * plan.global_batch:,} examples ({budget.reason}; {epochs} epochs of "
         f"{splits.train_size:,}, validation on {splits.validation_size:,} held out; "
-        f"{strategy.num_replicas_in_sync} replica(s))"
+        f"{strategy.num_replicas_in_sync} replica(s)"
+        + (f" on {cluster.workers} workers" if cluster.multi_worker else "")
+        + ")"
         + (f"; resuming after epoch {resumed_epoch} from {backup_dir}" if resumed_epoch else "")
     )
     # One fit call, so that one shuffled input stream runs through every epoch; the last
@@ -201,13 +214,17 @@ def run_fn(fn_args: FnArgs) -> None:
             f"{best_epoch.best_epoch + 1} of {epochs} (the model keeps that "
             "epoch's weights)" + _label_units(data, history, best_epoch.best_epoch)
         )
-    write_budget(
-        fn_args.model_run_dir, done, plan.global_batch, best_epoch.best, best_epoch.best_epoch + 1
-    )
-    with tf.io.gfile.GFile(os.path.join(fn_args.model_run_dir, DESCRIPTION_FILE), "w") as handle:
+    write_budget(model_run_dir, done, plan.global_batch, best_epoch.best, best_epoch.best_epoch + 1)
+    with tf.io.gfile.GFile(os.path.join(model_run_dir, DESCRIPTION_FILE), "w") as handle:
         json.dump(splits.data.to_json(), handle, indent=1)
-    export_serving_model(model, splits.data, splits.preprocessor, fn_args.serving_model_dir)
-    backup.delete()  # finished: a later run with these inputs starts afresh
+    # Every worker exports (a save may take part in collective operations); only the
+    # chief's export is the Trainer's output.
+    export_serving_model(
+        model, splits.data, splits.preprocessor, cluster.own_dir(fn_args.serving_model_dir)
+    )
+    if cluster.is_chief:
+        backup.delete()  # finished: a later run with these inputs starts afresh
+    cluster.clean_up()
 
 
 PATIENCE = 5  # epochs without improvement before early stopping (not the best trial's budget)
@@ -315,6 +332,12 @@ def backup_location(
     )
 
 
+def updates_done(model: keras.Model) -> int:
+    """The optimizer's update count. Under a strategy it is a distributed variable, which
+    ``int()`` refuses (``MirroredVariable``); its NumPy value is the count."""
+    return int(keras.ops.convert_to_numpy(model.optimizer.iterations))
+
+
 class StopAfterUpdates(keras.callbacks.Callback):
     """Stops training once the optimizer has made ``updates`` updates (also after a resume)."""
 
@@ -323,5 +346,5 @@ class StopAfterUpdates(keras.callbacks.Callback):
         self.updates = updates
 
     def on_train_batch_end(self, batch, logs=None):
-        if int(self.model.optimizer.iterations) >= self.updates:
+        if updates_done(self.model) >= self.updates:
             self.model.stop_training = True

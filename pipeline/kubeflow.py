@@ -6,6 +6,13 @@ its backend accepts: a schema 2.1.0 pipeline spec in YAML, followed by a second 
 document with the Kubernetes platform spec (node selectors and tolerations, which TFX never
 emits). ``--target vertex`` writes the JSON ``PipelineJob`` with Vertex accelerator names.
 
+``--trainer-workers N`` (N > 1, or a profile's ``trainer_workers``) with ``--target vertex``
+makes the Trainer TFX's Vertex AI Training extension: its pipeline step launches a Vertex
+AI ``CustomJob`` of N machines of the profile's type and accelerators, which train
+together under ``MultiWorkerMirroredStrategy`` (components/tfx_components.py,
+components/multi_worker.py). Self-hosted KFP has no such service: there the Trainer
+stays in one pod (see kubeflow/README.md for what a Training Operator path would take).
+
 The node-pool profiles are :mod:`tfx_accum.pipeline.kubeflow_profiles`; the edits of the
 spec TFX compiles are :mod:`tfx_accum.pipeline.kubeflow_spec`.
 
@@ -44,6 +51,9 @@ VERTEX_MAX_CPU, VERTEX_MAX_MEMORY_GB = 96, 624
 WRITABLE_SCHEMES = ("gs",)
 _URI = re.compile(r"^(gs|s3|minio|hdfs|abfs|az)://[A-Za-z0-9][^/\s]*(/\S*)?$")
 _IMAGE = re.compile(r"^[a-z0-9]+(?:[._/:@-][A-Za-z0-9_.-]+)*$")
+# Google Cloud project ids and Vertex AI regions (us-central1, europe-west4, ...).
+_PROJECT = re.compile(r"^[a-z][a-z0-9-]{4,28}[a-z0-9]$")
+_REGION = re.compile(r"^[a-z]+(?:-[a-z]+)+[0-9]+$")
 
 
 def check_uri(name: str, value: str, target: str) -> str:
@@ -76,6 +86,9 @@ def compile_pipeline(
     search_space: SearchSpace,
     target: str = "kfp",
     profiles_file: str | None = None,
+    trainer_workers: int | None = None,
+    vertex_project: str | None = None,
+    vertex_region: str | None = None,
     **pipeline_settings: Any,
 ) -> Path:
     """Validates everything, compiles, and writes ``output`` atomically; returns its path.
@@ -83,10 +96,13 @@ def compile_pipeline(
     ``pipeline_settings`` are :func:`~tfx_accum.pipeline.pipeline.create_pipeline`'s
     keyword arguments (``tune``, ``hyperparameters``, ``model_settings``, ``train_steps``,
     ``bless_metric``, ``bless_threshold``), the same as for a local run.
+    ``trainer_workers`` (default: the profile's): machines of a Vertex AI Training job for
+    the Trainer, in ``vertex_project`` and ``vertex_region`` (:func:`check_trainer_workers`).
     """
     if target not in TARGETS:
         raise InputError(f"--target must be one of {TARGETS}, got {target!r}.")
     pool = get_profile(node_pool, profiles_file)
+    workers = check_trainer_workers(pool, target, trainer_workers, vertex_project, vertex_region)
     if target == "vertex" and pool.accelerated and not pool.vertex_type:
         raise ProfileError(
             f"Node-pool profile {pool.name!r} has no `accelerator.vertex_type`, "
@@ -141,9 +157,18 @@ def compile_pipeline(
         metadata_path=None,
         runtime_parameters=True,
     )
+    # Several Trainer machines: its pipeline step only launches the Vertex AI job (no
+    # accelerator); the job's machines get the profile's (vertex_job_spec).
+    on_accelerators = [
+        name
+        for name in spec_edits.ACCELERATED_COMPONENTS
+        if not (name == "Trainer" and workers > 1)
+    ]
     accelerated = []
     for component in pipeline.components:
-        is_accelerated = component.id in spec_edits.ACCELERATED_COMPONENTS
+        is_accelerated = component.id in on_accelerators
+        if component.id == "Trainer" and workers > 1:
+            _train_on_vertex(component, pool, image, workers, vertex_project, vertex_region)
         resources = (
             spec_edits.resource_spec(pool.cpu, pool.memory_gb, pool, target)
             if is_accelerated
@@ -194,6 +219,65 @@ def compile_pipeline(
     return output_path
 
 
+def check_trainer_workers(
+    pool, target: str, requested: int | None, project: str | None, region: str | None
+) -> int:
+    """The Trainer's machines (the request, else the profile's ``trainer_workers``), checked:
+    more than one needs ``--target vertex``, a profile with a Vertex machine type and no
+    TPU, and the Vertex AI project and region the job runs in. Raises ``InputError``."""
+    workers = pool.trainer_workers if requested is None else requested
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise InputError(f"--trainer-workers must be an integer >= 1, got {workers!r}.")
+    if workers == 1:
+        return 1
+    if target != "vertex":
+        raise InputError(
+            f"--trainer-workers {workers} needs --target vertex (a Vertex AI Training job); "
+            "on self-hosted Kubeflow Pipelines the Trainer runs in one pod: use a profile "
+            "with more GPUs per node (a100x4, h100x8) or --trainer-workers 1 "
+            "(kubeflow/README.md, 'Training beyond one node')."
+        )
+    if pool.kind == "tpu":
+        raise InputError(
+            f"--trainer-workers {workers} on TPU node pool {pool.name!r}: several TPU hosts "
+            "train under TPUStrategy over one slice, not across workers. Use 1."
+        )
+    if not pool.training_machine_type:
+        raise InputError(
+            f"Node-pool profile {pool.name!r} has no `vertex_machine_type`, which "
+            f"--trainer-workers {workers} needs for the Vertex AI Training machines; add "
+            "one (for example g2-standard-8) in a --profiles file."
+        )
+    if not project or not _PROJECT.match(project):
+        raise InputError(
+            f"--trainer-workers {workers} runs a Vertex AI Training job: give "
+            f"--vertex-project PROJECT_ID (got {project!r})."
+        )
+    if not region or not _REGION.match(region):
+        raise InputError(
+            f"--trainer-workers {workers} runs a Vertex AI Training job: give --vertex-region "
+            f"such as us-central1 (got {region!r})."
+        )
+    return workers
+
+
+def _train_on_vertex(trainer, pool, image: str, workers: int, project: str, region: str) -> None:
+    """The Trainer as TFX's Vertex AI Training extension on ``workers`` machines."""
+    from tfx_accum.components.strategy import ACCELERATOR_ENV, NODE_POOL_ENV
+    from tfx_accum.components.tfx_components import train_on_vertex, vertex_job_spec
+
+    job_spec = vertex_job_spec(
+        image,
+        workers,
+        pool.training_machine_type,
+        pool.vertex_type if pool.accelerated else None,
+        pool.count,
+        # What each machine must see (strategy.check_accelerators), as in a pod.
+        env={ACCELERATOR_ENV: f"{pool.kind}:{pool.count}", NODE_POOL_ENV: pool.name},
+    )
+    train_on_vertex(trainer, job_spec, project, region)
+
+
 def add_compile_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--node-pool",
@@ -227,6 +311,24 @@ def add_compile_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--profiles", default=None, help="extra YAML file of node-pool profiles (same shape)"
     )
+    parser.add_argument(
+        "--trainer-workers",
+        type=int,
+        default=None,
+        help="machines the Trainer trains on together (MultiWorkerMirroredStrategy), each "
+        "with the node pool's accelerators; more than 1 needs --target vertex and runs a "
+        "Vertex AI Training job (default: the profile's trainer_workers, 1)",
+    )
+    parser.add_argument(
+        "--vertex-project",
+        default=None,
+        help="Google Cloud project of the Vertex AI Training job (--trainer-workers > 1)",
+    )
+    parser.add_argument(
+        "--vertex-region",
+        default=None,
+        help="Vertex AI region of the training job, e.g. us-central1 (--trainer-workers > 1)",
+    )
 
 
 def compile_from_args(args: argparse.Namespace, settings: dict[str, Any]) -> int:
@@ -239,6 +341,9 @@ def compile_from_args(args: argparse.Namespace, settings: dict[str, Any]) -> int
         data_root=args.data_root,
         target=args.target,
         profiles_file=args.profiles,
+        trainer_workers=args.trainer_workers,
+        vertex_project=args.vertex_project,
+        vertex_region=args.vertex_region,
         **settings,
     )
     console.say(f"[compile] wrote {path} for {args.target} (node pool {args.node_pool})")

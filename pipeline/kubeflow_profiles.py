@@ -11,6 +11,7 @@ Example::
     pool = get_profile("a100x4")
     pool.node_selector()        # {"cloud.google.com/gke-accelerator": "nvidia-tesla-a100"}
     pool.tuner_parallel_trials  # 4: one trial per GPU
+    pool.trainer_workers        # 1: the Trainer in one pod (see trainer_workers below)
 """
 
 from __future__ import annotations
@@ -55,6 +56,10 @@ class NodePool:
     description: str = ""
     machine_type: str | None = None
     parallel_trials: int | None = None  # None: one per GPU (1 without GPUs)
+    # Machines the Trainer spans on Vertex AI Training (MultiWorkerMirroredStrategy), each
+    # of vertex_machine_type with the profile's accelerators; 1: the Trainer in its pod.
+    trainer_workers: int = 1
+    vertex_machine_type: str | None = None
 
     @property
     def tuner_parallel_trials(self) -> int:
@@ -62,6 +67,12 @@ class NodePool:
         if self.parallel_trials is not None:
             return self.parallel_trials
         return self.count if self.kind == "gpu" else 1
+
+    @property
+    def training_machine_type(self) -> str | None:
+        """The Vertex AI machine type of one Trainer worker (``vertex_machine_type``, else
+        ``machine_type``: GKE's instance-type label is the Compute Engine machine type)."""
+        return self.vertex_machine_type or self.machine_type
 
     @property
     def resource_name(self) -> str | None:
@@ -158,9 +169,34 @@ def _profile(name: str, raw: Any, known: list[str]) -> NodePool:
             f"`parallel_trials` {parallel} is more than the pool's {count} GPU(s): each "
             "tuning worker holds one GPU"
         )
+    workers = raw.get("trainer_workers", 1)
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise bad(f"`trainer_workers` must be an integer >= 1, got {workers!r}")
+    if workers > 1 and kind == "tpu":
+        raise bad(
+            "`trainer_workers` must be 1 on a TPU pool (several TPU hosts train under "
+            "TPUStrategy over one slice, not MultiWorkerMirroredStrategy)"
+        )
+    vertex_machine = raw.get("vertex_machine_type")
+    if vertex_machine is not None and not (
+        isinstance(vertex_machine, str) and re.match(r"^[a-z0-9]+(-[a-z0-9]+)+$", vertex_machine)
+    ):
+        raise bad(
+            "`vertex_machine_type` must be a Compute Engine machine type such as "
+            f"g2-standard-8, got {vertex_machine!r}"
+        )
     unknown = sorted(
         set(raw)
-        - {"description", "accelerator", "cpu", "memory", "machine_type", "parallel_trials"}
+        - {
+            "description",
+            "accelerator",
+            "cpu",
+            "memory",
+            "machine_type",
+            "parallel_trials",
+            "trainer_workers",
+            "vertex_machine_type",
+        }
     ) + sorted(set(accel) - {"kind", "count", "gke_label", "topology", "vertex_type"})
     if unknown:
         raise bad(f"unknown fields {unknown}")
@@ -176,6 +212,8 @@ def _profile(name: str, raw: Any, known: list[str]) -> NodePool:
         str(raw.get("description", "")),
         machine_type if isinstance(machine_type, str) else None,
         parallel,
+        workers,
+        vertex_machine,
     )
 
 
