@@ -136,15 +136,21 @@ def run_fn(fn_args: FnArgs) -> None:
     # The search's seed: the best trial's initial weights and data order, so that the best
     # configuration trained for the best trial's budget is the best trial's model.
     seed = int(config.get("seed", SearchSpace().seed))
+    # TPUs need static shapes: whole batches only (the GA model then slices statically).
+    tpu = isinstance(strategy, tf.distribute.TPUStrategy)
+    validation = splits.validation.batch(EVAL_BATCH, drop_remainder=tpu)
+    if cluster.multi_worker:  # the global batches of one device, split among the workers
+        validation = distributed_input.shard_like_one_device(validation)
     keras.utils.set_random_seed(seed)
     with strategy.scope():
         model = build_model(
             settings.model, splits.data, plan.steps_per_replica, hp.learning_rate, hp=values
         )
-        ready_to_trace(model, splits.validation.take(1).batch(EVAL_BATCH))
+        # One whole validation batch, split among the workers as validation will be: a
+        # batch of one example would leave a worker without rows (a collective's shapes
+        # then differ between workers).
+        ready_to_trace(model, validation.take(1))
     objective, direction = OBJECTIVES[data.task]
-    # TPUs need static shapes: whole batches only (the GA model then slices statically).
-    tpu = isinstance(strategy, tf.distribute.TPUStrategy)
     budget = trainer_budget(
         fn_args.train_steps,
         decision.examples if decision else None,
@@ -163,10 +169,8 @@ def run_fn(fn_args: FnArgs) -> None:
     train = batched(splits.train, plan.global_batch, shuffle_seed=seed, drop_remainder=tpu)
     if resumed_epoch:
         train = train.skip(resumed_epoch * steps_per_epoch)
-    validation = splits.validation.batch(EVAL_BATCH, drop_remainder=tpu)
     if cluster.multi_worker:  # the global batches of one device, split among the workers
         train = distributed_input.shard_like_one_device(train)
-        validation = distributed_input.shard_like_one_device(validation)
     model_run_dir = cluster.own_dir(fn_args.model_run_dir)
     progress = ProgressLine(updates, plan.global_batch)
     callbacks = [

@@ -166,7 +166,8 @@ def test_a_two_machine_vertex_trainer_resumes_and_equals_one_device(
     backup_root = tmp_path / "cluster" / "_backup"
     procs = [start(command, config) for config in vertex_tf_configs(2)]
     deadline = time.monotonic() + 600
-    while not list(backup_root.glob("*/training_metadata.json")):
+    # TrainingBackup's state file of epoch n: written (atomically) after its weights.
+    while not list(backup_root.glob("*/epoch-*.json")):
         for proc in procs:
             if proc.poll() is not None:  # ended before the first backup: say why
                 finish(procs)
@@ -176,9 +177,9 @@ def test_a_two_machine_vertex_trainer_resumes_and_equals_one_device(
     for proc in procs:
         proc.send_signal(signal.SIGKILL)
         proc.communicate()
-    (metadata,) = backup_root.glob("*/training_metadata.json")
-    resumed_at = json.loads(metadata.read_text())["epoch"]
-    assert resumed_at == 1, resumed_at
+    states = sorted(backup_root.glob("*/epoch-*.json"))
+    resumed_at = int(states[-1].stem.removeprefix("epoch-"))
+    assert resumed_at == 1, states
     outputs = finish([start(command, config) for config in vertex_tf_configs(2)])
     assert f"resuming after epoch {resumed_at}" in outputs[0], outputs[0][-3000:]
     assert "on 2 workers" in outputs[0]
