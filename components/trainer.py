@@ -34,7 +34,7 @@ from tfx_accum.components.data import (
     read_splits,
 )
 from tfx_accum.components.export import export_serving_model
-from tfx_accum.components.models import build_model, ready_to_trace
+from tfx_accum.components.models import build_model, describe_precision, ready_to_trace
 from tfx_accum.components.search_policy import trainer_budget
 from tfx_accum.components.search_space import SearchSpace
 from tfx_accum.components.settings import (
@@ -133,9 +133,16 @@ def run_fn(fn_args: FnArgs) -> None:
     keras.utils.set_random_seed(seed)
     with strategy.scope():
         model = build_model(
-            settings.model, splits.data, plan.steps_per_replica, hp.learning_rate, hp=values
+            settings.model,
+            splits.data,
+            plan.steps_per_replica,
+            hp.learning_rate,
+            hp=values,
+            precision=settings.precision,
         )
         ready_to_trace(model, splits.validation.take(1).batch(EVAL_BATCH))
+    if line := describe_precision(settings.precision, "trainer"):
+        console.say(line)
     objective, direction = OBJECTIVES[data.task]
     # TPUs need static shapes: whole batches only (the GA model then slices statically).
     tpu = isinstance(strategy, tf.distribute.TPUStrategy)
