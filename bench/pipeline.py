@@ -13,7 +13,8 @@ and reports each one's wall time (process start to exit), the time from the summ
 last line to the process's exit, and the per-component times the run printed; with
 ``--setup``, also the first set-up of a fresh clone (``scripts/setup_env.sh`` into a new
 virtual environment). Run with ``python -m bench.pipeline [--setup]``; the figures go to
-``bench/results/pipeline.md`` and ``pipeline.json``.
+``bench/results/pipeline.md`` and ``pipeline.json``, the default run's ``trials.csv`` beside
+them.
 """
 
 from __future__ import annotations
@@ -203,6 +204,10 @@ def main(argv: list[str] | None = None) -> int:
         runs = {}
         print("[bench] default pipeline (fresh) ...", flush=True)
         runs["default"] = timed_run(["--output-dir", str(work / "default")])
+        # The search's trials (score against effective batch: README, "The costs of
+        # accumulation").
+        args.output.mkdir(parents=True, exist_ok=True)
+        shutil.copy(work / "default" / "trials.csv", args.output / "trials.csv")
         print("[bench] default pipeline again (cached) ...", flush=True)
         runs["cached re-run"] = timed_run(["--output-dir", str(work / "default")])
         print("[bench] --no-tune (fresh) ...", flush=True)
