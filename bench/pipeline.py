@@ -5,12 +5,16 @@ Runs, each as its own ``tfx-accum run`` process on the embedded digits:
 1. the default pipeline (tuning on, default budget) in a fresh output directory;
 2. the same command again (served from the cache);
 3. ``--no-tune`` in a fresh output directory;
+4. the floor: the same work done plainly in one Python process (``bench/plain_search.py``:
+   the digits, an 8-trial Keras Tuner search over the same space and budget with the same GA
+   model, then fit, evaluate, export), so that pipeline / plain is measured in the same run;
 
 and reports each one's wall time (process start to exit), the time from the summary's
 last line to the process's exit, and the per-component times the run printed; with
 ``--setup``, also the first set-up of a fresh clone (``scripts/setup_env.sh`` into a new
 virtual environment). Run with ``python -m bench.pipeline [--setup]``; the figures go to
-``bench/results/pipeline.md`` and ``pipeline.json``.
+``bench/results/pipeline.md`` and ``pipeline.json``, the default run's ``trials.csv`` beside
+them.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import argparse
 import json
 import os
 import re
+import resource
 import shutil
 import subprocess
 import sys
@@ -34,9 +39,37 @@ TRIAL = re.compile(r"^\[tuner\] trial \d+: .* -> val_accuracy=([\d.]+)")
 ACCURACY = re.compile(r"^evaluation accuracy: ([\d.]+)")
 
 
+def children_cpu_s() -> float:
+    """CPU seconds (user + system) of every child process waited for so far."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def plain_run(trials: int = 8) -> dict:
+    """Runs ``bench/plain_search.py`` in a process of its own; its wall and CPU time."""
+    cpu, start = children_cpu_s(), time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.plain_search", "--trials", str(trials)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    wall = time.monotonic() - start
+    if proc.returncode != 0:
+        raise RuntimeError("bench.plain_search failed:\n" + proc.stderr[-3000:])
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    return {
+        "wall_s": wall,
+        "cpu_s": children_cpu_s() - cpu,
+        "phases_s": result["phases_s"],
+        "eval_accuracy": result["eval_accuracy"],
+        "trials": result["trials"],
+    }
+
+
 def timed_run(args: list[str], env: dict | None = None) -> dict:
     """Runs ``tfx-accum run ARGS``; times from start to exit and from summary to exit."""
-    start = time.monotonic()
+    cpu, start = children_cpu_s(), time.monotonic()
     proc = subprocess.Popen(
         [sys.executable, "-m", "tfx_accum.pipeline", *args],
         stdout=subprocess.PIPE,
@@ -68,6 +101,7 @@ def timed_run(args: list[str], env: dict | None = None) -> dict:
     return {
         "args": args,
         "wall_s": end - start,
+        "cpu_s": children_cpu_s() - cpu,
         "exit_after_summary_s": end - summary_at if summary_at else None,
         "components_s": components,
         "trials": len(trials),
@@ -120,6 +154,22 @@ def to_markdown(result: dict) -> str:
         )
         + " |"
     )
+    lines.append(
+        "| CPU time (user + system) | "
+        + " | ".join(f"{runs[n]['cpu_s']:.0f} s" for n in names)
+        + " |"
+    )
+    plain = result.get("plain")
+    if plain:
+        default = runs["default"]
+        lines += [
+            "",
+            f"The same work plainly in one process (`python -m bench.plain_search`, "
+            f"{plain['trials']} trials): **{plain['wall_s']:.0f} s** wall, "
+            f"{plain['cpu_s']:.0f} CPU-s, eval accuracy {plain['eval_accuracy']:.4f}. "
+            f"Pipeline / plain: **{default['wall_s'] / plain['wall_s']:.2f}x** wall, "
+            f"**{default['cpu_s'] / plain['cpu_s']:.2f}x** CPU.",
+        ]
     if result.get("setup_s") is not None:
         lines.append("")
         lines.append(
@@ -154,11 +204,21 @@ def main(argv: list[str] | None = None) -> int:
         runs = {}
         print("[bench] default pipeline (fresh) ...", flush=True)
         runs["default"] = timed_run(["--output-dir", str(work / "default")])
+        # The search's trials (score against effective batch: README, "The costs of
+        # accumulation").
+        args.output.mkdir(parents=True, exist_ok=True)
+        shutil.copy(work / "default" / "trials.csv", args.output / "trials.csv")
         print("[bench] default pipeline again (cached) ...", flush=True)
         runs["cached re-run"] = timed_run(["--output-dir", str(work / "default")])
         print("[bench] --no-tune (fresh) ...", flush=True)
         runs["--no-tune"] = timed_run(["--output-dir", str(work / "no-tune"), "--no-tune"])
-        result = {"runs": runs, "setup_s": setup_time() if args.setup else None}
+        print("[bench] the same work plainly in one process ...", flush=True)
+        plain = plain_run()
+        result = {
+            "runs": runs,
+            "plain": plain,
+            "setup_s": setup_time() if args.setup else None,
+        }
     finally:
         shutil.rmtree(work, ignore_errors=True)
     args.output.mkdir(parents=True, exist_ok=True)

@@ -33,6 +33,11 @@ and compiles it: your loss and optimizer class are kept (the optimizer at the tr
 learning rate); without a compile, the task's loss and Adam. The task's metrics are always
 added (components/task_compile.py): the Tuner ranks by them.
 
+Under ``--precision mixed_float16`` (or ``mixed_bfloat16``) the function is called with
+that Keras dtype policy set, so the layers it creates compute in half precision; a model
+whose output is not float32 gets a float32 cast after it (Keras's advice: a float32
+softmax and loss), and the served outputs are float32 either way.
+
 The module must be importable where the Tuner and Trainer run: on ``PYTHONPATH`` (``tfx-accum
 run`` also adds the current directory when the module is there, and says so); on Kubeflow,
 inside the image.
@@ -190,7 +195,12 @@ def by_name(model: keras.Model) -> keras.Model:
     structure = keras.tree.map_structure(
         lambda tensor: inputs[tensor.name.split(":")[0]], model.input
     )
-    return keras.Model(inputs, model(structure), name=f"{model.name}_by_name")
+    output = model(structure)
+    if output.dtype != "float32":
+        # Built under mixed precision (components/models.py): float32 outputs, as Keras
+        # recommends (a float32 loss, and the served scores are float32).
+        output = keras.layers.Activation("linear", dtype="float32", name="float32_output")(output)
+    return keras.Model(inputs, output, name=f"{model.name}_by_name")
 
 
 def as_accumulation_model(

@@ -48,7 +48,9 @@ def export_serving_model(
 
         @tf.function(input_signature=[examples])
         def serve(serialized):
+            # float32 also where a model of your own computes its output in half precision.
             scores = model(preprocessor(parse_raw(serialized, data)), training=False)
+            scores = tf.cast(scores, tf.float32)
             return {
                 OUTPUT_KEY: scores,
                 CLASSES_KEY: tf.gather(class_names, tf.argmax(scores, -1)),
@@ -63,6 +65,7 @@ def export_serving_model(
         @tf.function(input_signature=[examples])
         def serve(serialized):
             output = model(preprocessor(parse_raw(serialized, data)), training=False)
+            output = tf.cast(output, tf.float32)  # as above
             return {PREDICTION_KEYS[data.task]: preprocessor.decode_prediction(output)}
 
         @tf.function(input_signature=[examples])

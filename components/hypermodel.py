@@ -29,6 +29,7 @@ from tfx_accum.components.peak_memory import PeakMemory
 from tfx_accum.components.search_policy import exceeds_effective_batch_limit, steps_per_epoch
 from tfx_accum.components.search_space import SearchSpace
 from tfx_accum.components.settings import (
+    DEFAULT_PRECISION,
     EVAL_BATCH,
     HP_ACCUMULATION_STEPS,
     HP_LEARNING_RATE,
@@ -59,6 +60,8 @@ class AccumulationHyperModel(keras_tuner.HyperModel):
     ``splits`` is None in a parallel search's chief, which trains nothing and loads no data:
     there :meth:`build` only declares the search space, and ``data`` (the description)
     says what the objective is. The objective follows the task (``tasks.OBJECTIVES``).
+    ``precision``: the Keras dtype policy of the trials' models (and of the memory probe's,
+    which trains them).
     """
 
     def __init__(
@@ -68,6 +71,7 @@ class AccumulationHyperModel(keras_tuner.HyperModel):
         model_name: str,
         replicas: int = 1,
         data: DataDescription | None = None,
+        precision: str = DEFAULT_PRECISION,
     ):
         super().__init__(name="gradient_accumulation")
         self.space = space
@@ -76,6 +80,7 @@ class AccumulationHyperModel(keras_tuner.HyperModel):
         self.objective, self.direction = OBJECTIVES[self.data.task]
         self.model_name = model_name
         self.replicas = replicas
+        self.precision = precision  # the Keras dtype policy every trial's model is built under
         self.last_timing: EpochTimes | None = None  # of the latest fit, for the trial line
         self._models: dict[tuple, tuple[keras.Model, list]] = {}  # own values -> model, state
 
@@ -111,7 +116,9 @@ class AccumulationHyperModel(keras_tuner.HyperModel):
         key = _own_values(hp)
         if key not in self._models:
             keras.utils.set_random_seed(self.space.seed)
-            model = build_model(self.model_name, self.splits.data, k, lr, hp=hp)
+            model = build_model(
+                self.model_name, self.splits.data, k, lr, hp=hp, precision=self.precision
+            )
             ready_to_trace(model, self.splits.validation.take(1).batch(EVAL_BATCH))
             state = [v.numpy() for v in (*model.variables, *model.optimizer.variables)]
             self._models[key] = (model, state)

@@ -15,9 +15,22 @@ in ``components/task_compile.py``.
 - ``densenet121``: the StackOverflow question's setup: DenseNet121 (``weights=None``) on
   the image (at least 32x32, three channels). It has BatchNormalization, so accumulation
   is not exact (a warning says so).
+
+**Precision** (``--precision``, ``settings.PRECISIONS``): every model is built under its
+Keras dtype policy (:func:`precision_policy`), so its layers compute in float16 or
+bfloat16 while its variables stay float32, and Keras's ``compile`` wraps the optimizer in
+a ``LossScaleOptimizer`` for ``mixed_float16`` (which the GA step applies to every
+micro-batch's loss). As Keras recommends, the output layer is float32 (a model function's
+output is cast to float32), and so is the input normalisation (a float16 variance
+overflows above 65,504). The policy is set only while the model is built: the layers keep
+it, and nothing else in the process (the preprocessing, the next component of a local run)
+computes in it.
 """
 
 from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
 
 import keras
 import numpy as np
@@ -26,7 +39,13 @@ from tfx_accum.components.accumulation import GradientAccumulationModel
 from tfx_accum.components.custom_model import as_accumulation_model, call_model_function
 from tfx_accum.components.features import CATEGORICAL, IMAGE, NUMERIC, STRING, DataDescription
 from tfx_accum.components.model_rules import check_model_suits
-from tfx_accum.components.settings import MODEL_NAMES, image_side, is_model_function
+from tfx_accum.components.settings import (
+    DEFAULT_PRECISION,
+    MODEL_NAMES,
+    check_precision,
+    image_side,
+    is_model_function,
+)
 from tfx_accum.components.task_compile import compile_arguments
 from tfx_accum.components.tasks import PREDICTION_KEYS
 
@@ -47,11 +66,16 @@ def tabular_vector(data: DataDescription, inputs: dict) -> keras.KerasTensor | N
     parts = []
     numeric = data.kind(NUMERIC)
     if numeric:
-        x = keras.layers.Concatenate(name="features")([inputs[f.input_name] for f in numeric])
+        # float32 also under mixed precision, until normalised: raw values may exceed
+        # float16's range (65,504), and so may their variance.
+        x = keras.layers.Concatenate(name="features", dtype="float32")(
+            [inputs[f.input_name] for f in numeric]
+        )
         parts.append(
             keras.layers.Normalization(
                 mean=np.array([f.mean for f in numeric], "float32"),
                 variance=np.array([f.variance for f in numeric], "float32"),
+                dtype="float32",
             )(x)
         )
     for feature in (*data.kind(STRING), *data.kind(CATEGORICAL)):
@@ -88,19 +112,59 @@ def _densenet_trunk(image: keras.KerasTensor) -> keras.KerasTensor:
     return backbone(x)
 
 
+@contextlib.contextmanager
+def precision_policy(precision: str) -> Iterator[None]:
+    """Keras's global dtype policy set to ``precision`` while the block runs, then restored.
+
+    Layers take the policy when they are created and keep it, so building (and compiling)
+    a model in the block is all that mixed precision needs.
+    """
+    previous = keras.config.dtype_policy()
+    keras.config.set_dtype_policy(check_precision(precision))
+    try:
+        yield
+    finally:
+        keras.config.set_dtype_policy(previous)
+
+
+def describe_precision(precision: str, component: str) -> str | None:
+    """The console line saying what ``precision`` means here (None for float32)."""
+    if precision == DEFAULT_PRECISION:
+        return None
+    import tensorflow as tf
+
+    half = precision.removeprefix("mixed_")
+    line = (
+        f"[{component}] precision {precision}: layers compute in {half}, variables and "
+        "outputs stay float32" + ("; the loss is scaled" if half == "float16" else "")
+    )
+    if half == "float16" and not tf.config.list_physical_devices("GPU"):
+        line += " (no GPU: the CPU computes float16 slower than float32)"
+    return line
+
+
 def build_model(
     model_name: str,
     data: DataDescription,
     accumulation_steps: int,
     learning_rate: float,
     hp=None,
+    precision: str = DEFAULT_PRECISION,
 ) -> GradientAccumulationModel:
     """Builds and compiles one of ``MODEL_NAMES``, or the user's model function's model,
     as a GradientAccumulationModel for the inputs ``data`` describes.
 
     ``hp``: the trial's ``keras_tuner.HyperParameters``, for a model function that declares
-    its own.
+    its own. ``precision``: the Keras dtype policy the model is built under
+    (:func:`precision_policy`).
     """
+    with precision_policy(precision):
+        return _build_model(model_name, data, accumulation_steps, learning_rate, hp)
+
+
+def _build_model(
+    model_name: str, data: DataDescription, accumulation_steps: int, learning_rate: float, hp
+) -> GradientAccumulationModel:
     # model_name comes validated (settings.ModelSettings).
     if is_model_function(model_name):
         model = call_model_function(model_name, data, hp)
@@ -130,6 +194,7 @@ def build_model(
         data.outputs,
         activation="softmax" if data.classification else None,
         name=PREDICTION_KEYS[data.task],
+        dtype="float32",  # under mixed precision too: a float32 softmax, float32 outputs
     )(x)
     model = GradientAccumulationModel(
         inputs=inputs,

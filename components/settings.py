@@ -39,6 +39,7 @@ __all__ = [
     "LABEL_KEY",
     "MODEL_NAMES",
     "ModelSettings",
+    "PRECISIONS",
     "TRAIN_STEPS",
     "TunerDecision",
     "validate_positive_int",
@@ -55,6 +56,12 @@ MODEL_FUNCTION = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*$
 IMAGE_MODELS = ("cnn", "densenet121")  # read the features as a square pixel grid
 DEFAULT_MODEL = "mlp"  # tabular; the embedded digits (an 8x8 image) get "cnn"
 LABEL_KEY = "label"
+# Keras mixed-precision policies the Tuner's and Trainer's models can compute in
+# (``--precision``; components/models.py applies them). float16 wants a GPU (Keras wraps
+# the optimizer for loss scaling), bfloat16 a TPU or a recent GPU; the variables and the
+# output layer stay float32 either way.
+PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
+DEFAULT_PRECISION = "float32"  # tfx-accum run; compile: the node pool's (node_pools.yaml)
 TRAIN_STEPS = 300  # Trainer optimizer updates, each one whole effective batch
 EVAL_BATCH = 256  # batch size of validation passes (no gradients: not tuned)
 # custom_config["train_budget"]: the Trainer trains for the best trial's examples (the
@@ -108,6 +115,15 @@ def validate_positive_float(name: str, value: Any) -> float:
     if value <= 0:
         raise ValueError(f"`{name}` must be a positive number. Received: {name}={value!r}.")
     return float(value)
+
+
+def check_precision(precision: Any) -> str:
+    """``precision`` if it is one of :data:`PRECISIONS`, else a one-line ``ValueError``."""
+    if precision not in PRECISIONS:
+        raise ValueError(
+            f"`precision` must be one of {', '.join(PRECISIONS)}. Received: {precision!r}."
+        )
+    return precision
 
 
 def is_model_function(model: Any) -> bool:
@@ -179,7 +195,8 @@ class ModelSettings:
     data check decided (``multiclass``, ``binary``, ``regression``); None: inferred from the
     statistics (components/tasks.py). ``features``/``exclude_features``: the columns the
     model gets (components/columns.py); ``categorical_features``: integer columns that are
-    categories, not quantities.
+    categories, not quantities. ``precision``: the Keras dtype policy the model is built
+    under (:data:`PRECISIONS`).
     """
 
     model: str = DEFAULT_MODEL
@@ -189,6 +206,7 @@ class ModelSettings:
     features: tuple[str, ...] | None = None
     exclude_features: tuple[str, ...] = ()
     categorical_features: tuple[str, ...] = ()
+    precision: str = DEFAULT_PRECISION
 
     def __post_init__(self) -> None:
         from tfx_accum.components.tasks import TASK_CHOICES, TASKS
@@ -219,6 +237,7 @@ class ModelSettings:
             object.__setattr__(self, name, tuple(value))
         if self.features is not None and not self.features:
             raise ValueError("`features` must name at least one column, or be left out.")
+        check_precision(self.precision)
 
     def to_custom_config(self) -> dict[str, Any]:
         config = dataclasses.asdict(self)

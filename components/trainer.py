@@ -38,7 +38,7 @@ from tfx_accum.components.data import (
     read_splits,
 )
 from tfx_accum.components.export import export_serving_model
-from tfx_accum.components.models import build_model, ready_to_trace
+from tfx_accum.components.models import build_model, describe_precision, ready_to_trace
 from tfx_accum.components.multi_worker import Cluster
 from tfx_accum.components.search_policy import trainer_budget
 from tfx_accum.components.search_space import SearchSpace
@@ -144,12 +144,19 @@ def run_fn(fn_args: FnArgs) -> None:
     keras.utils.set_random_seed(seed)
     with strategy.scope():
         model = build_model(
-            settings.model, splits.data, plan.steps_per_replica, hp.learning_rate, hp=values
+            settings.model,
+            splits.data,
+            plan.steps_per_replica,
+            hp.learning_rate,
+            hp=values,
+            precision=settings.precision,
         )
         # One whole validation batch, split among the workers as validation will be: a
         # batch of one example would leave a worker without rows (a collective's shapes
         # then differ between workers).
         ready_to_trace(model, validation.take(1))
+    if line := describe_precision(settings.precision, "trainer"):
+        console.say(line)
     objective, direction = OBJECTIVES[data.task]
     budget = trainer_budget(
         fn_args.train_steps,

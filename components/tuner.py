@@ -35,6 +35,7 @@ from tfx_accum.components.data import (
 )
 from tfx_accum.components.hypermodel import AccumulationHyperModel
 from tfx_accum.components.micro_batch_probe import gpu_present, probe_in_subprocess, say_dropped
+from tfx_accum.components.models import describe_precision
 from tfx_accum.components.search_space import SearchSpace
 from tfx_accum.components.search_tuners import make_tuner
 from tfx_accum.components.settings import ModelSettings
@@ -91,17 +92,25 @@ def tuner_fn(fn_args):
             kept = probe_in_subprocess(spec)
             say_dropped([m for m in space.micro_batch_choices if m not in kept])
             space = space.with_micro_batches(kept)
-        hypermodel = AccumulationHyperModel(space, None, settings.model, data=data)
+        hypermodel = AccumulationHyperModel(
+            space, None, settings.model, data=data, precision=settings.precision
+        )
     else:
         strategy = choose_strategy()
         splits = read_splits(fn_args, data)
         hypermodel = AccumulationHyperModel(
-            space, splits, settings.model, strategy.num_replicas_in_sync
+            space,
+            splits,
+            settings.model,
+            strategy.num_replicas_in_sync,
+            precision=settings.precision,
         )
         if gpu_present():
             say_dropped(hypermodel.probe_micro_batches())
             space = hypermodel.space
     budget = space.examples_per_epoch or training_examples(data)
+    if line := describe_precision(settings.precision, "tuner"):
+        console.say(line)
     console.say(
         f"[tuner] {space.algorithm} search over accumulation steps "
         f"{list(space.accumulation_steps_choices)}, "
@@ -146,14 +155,20 @@ def worker_tuner(fn_args, spec: dict) -> tuple[keras_tuner.Tuner, dict]:
     if spec.get("probe"):
         # Only the memory probe, for a chief that must not touch the GPU itself.
         splits = read_splits(fn_args, data)
-        hypermodel = AccumulationHyperModel(space, splits, settings.model)
+        hypermodel = AccumulationHyperModel(
+            space, splits, settings.model, precision=settings.precision
+        )
         hypermodel.probe_micro_batches()
         print(json.dumps({"micro_batch_choices": list(hypermodel.space.micro_batch_choices)}))
         return None, {}
     strategy = choose_strategy()
     splits = read_splits(fn_args, data)
     hypermodel = AccumulationHyperModel(
-        space, splits, settings.model, strategy.num_replicas_in_sync
+        space,
+        splits,
+        settings.model,
+        strategy.num_replicas_in_sync,
+        precision=settings.precision,
     )
     tuner = make_tuner(space, hypermodel, spec["directory"], None, resume=True)
     return tuner, {"epochs": space.tuning_epochs}

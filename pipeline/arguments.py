@@ -27,8 +27,14 @@ class AutoTrainSteps(int):
     """The --train-steps default, told apart from the same number given explicitly."""
 
 
-def model_settings_from_args(args: argparse.Namespace, model: str) -> settings.ModelSettings:
-    """The ``ModelSettings`` the options ask for (the check then decides the task)."""
+def model_settings_from_args(
+    args: argparse.Namespace, model: str, precision: str = settings.DEFAULT_PRECISION
+) -> settings.ModelSettings:
+    """The ``ModelSettings`` the options ask for (the check then decides the task).
+
+    ``precision``: the default where ``--precision`` is not given (``compile``: the node
+    pool's).
+    """
     try:
         return settings.ModelSettings(
             model=model,
@@ -38,6 +44,7 @@ def model_settings_from_args(args: argparse.Namespace, model: str) -> settings.M
             features=args.features,
             exclude_features=args.exclude_features,
             categorical_features=args.categorical,
+            precision=args.precision or precision,
         )
     except ValueError as error:
         raise InputError(str(error)) from None

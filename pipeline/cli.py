@@ -173,6 +173,15 @@ def _add_model_options(parser: argparse.ArgumentParser) -> None:
         "or few distinct whole numbers are classes, fractional or many numbers a regression "
         "target; compile: classification unless given)",
     )
+    parser.add_argument(
+        "--precision",
+        choices=settings.PRECISIONS,
+        default=None,
+        help="the Keras dtype policy the Tuner's and Trainer's models compute in: float32, "
+        "mixed_float16 (GPUs; the loss is scaled) or mixed_bfloat16 (TPUs, recent GPUs); "
+        "variables and the served outputs stay float32 (default: float32 for run, the node "
+        "pool's precision for compile)",
+    )
     columns = parser.add_argument_group("columns")
     columns.add_argument(
         "--features",

@@ -23,9 +23,13 @@ from tfx_accum.pipeline.model_choice import check_model_name
 def compile_command(args: argparse.Namespace) -> int:
     """Runs ``tfx-accum compile``; returns the exit code."""
     from tfx_accum.pipeline.kubeflow import compile_from_args
+    from tfx_accum.pipeline.kubeflow_profiles import get_profile
 
     check_model_name(args.model)
-    model_settings = model_settings_from_args(args, args.model or settings.DEFAULT_MODEL)
+    pool = get_profile(args.node_pool, args.profiles)  # its precision, unless --precision
+    model_settings = model_settings_from_args(
+        args, args.model or settings.DEFAULT_MODEL, pool.precision
+    )
     if model_settings.task is None:
         # The Evaluator's metrics follow the task, fixed when the pipeline is compiled; the
         # Tuner and Trainer stop with one line if the data's label cannot be classes.

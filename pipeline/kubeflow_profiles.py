@@ -1,7 +1,9 @@
 """Node-pool profiles for the Kubeflow compile: what a Tuner or Trainer pod asks for.
 
 A profile names an accelerator (kind, count, GKE label, TPU topology), the pod's CPU and
-memory, and optionally the machine type and the number of parallel tuning trials. The
+memory, and optionally the machine type, the number of parallel tuning trials and the
+precision the Tuner's and Trainer's models compute in (``--precision``'s default for
+``compile``; unnamed: float32 on CPUs, mixed_float16 on GPUs, mixed_bfloat16 on TPUs). The
 built-in profiles ship as package data (``kubeflow/node_pools.yaml``); ``--profiles FILE``
 adds or overrides some. Every profile is validated when loaded, with an error naming the
 profile, the problem and the known names.
@@ -23,6 +25,7 @@ from typing import Any
 
 import yaml
 
+from tfx_accum.components.settings import PRECISIONS
 from tfx_accum.pipeline.errors import InputError
 
 # Shipped as package data (kubeflow/node_pools.yaml in the repository).
@@ -34,6 +37,8 @@ GKE_LABELS = {
 }
 TPU_TOPOLOGY_LABEL = "cloud.google.com/gke-tpu-topology"
 MACHINE_TYPE_LABEL = "node.kubernetes.io/instance-type"
+# The precision of a profile that does not name one, by accelerator kind.
+KIND_PRECISION = {"cpu": "float32", "gpu": "mixed_float16", "tpu": "mixed_bfloat16"}
 _MEMORY = re.compile(r"^(\d+(?:\.\d+)?)([GM])i?$")
 
 
@@ -60,6 +65,7 @@ class NodePool:
     # of vertex_machine_type with the profile's accelerators; 1: the Trainer in its pod.
     trainer_workers: int = 1
     vertex_machine_type: str | None = None
+    precision: str = "float32"  # the Keras dtype policy (settings.PRECISIONS)
 
     @property
     def tuner_parallel_trials(self) -> int:
@@ -152,6 +158,10 @@ def _profile(name: str, raw: Any, known: list[str]) -> NodePool:
     memory = raw.get("memory")
     if not isinstance(memory, str) or not _MEMORY.match(memory):
         raise bad(f"`memory` must be a quantity such as 28G or 512M, got {memory!r}")
+    raw = dict(raw)  # `precision` is read here and is then no unknown field
+    precision = raw.pop("precision", KIND_PRECISION[kind])
+    if precision not in PRECISIONS:
+        raise bad(f"`precision` must be one of {', '.join(PRECISIONS)}, got {precision!r}")
     vertex = accel.get("vertex_type")
     if vertex is not None and not (isinstance(vertex, str) and re.match(r"^[A-Z0-9_]+$", vertex)):
         raise bad(
@@ -214,6 +224,7 @@ def _profile(name: str, raw: Any, known: list[str]) -> NodePool:
         parallel,
         workers,
         vertex_machine,
+        precision=precision,
     )
 
 
