@@ -16,6 +16,10 @@ PYTHONPATH="$target" .venv/bin/python -c \
   "import keras, sys; from packaging.version import Version as V; sys.exit(V(keras.__version__) != V('$floor'))" \
   || { echo "keras_floor: keras $floor did not load from $target" >&2; exit 1; }
 echo "[keras-floor] exactness tests on keras $floor"
+# Every exactness case in graph mode, and under XLA the cases that reach the adapter in
+# other ways than graph mode does (uneven batches with sample weights, recurrent layers'
+# own loops): the internals the floor proves are Keras's, not XLA's, and the full XLA
+# matrix runs on the pinned Keras in the main suite (it would double the floor's time).
 PYTHONPATH="$target" .venv/bin/python -m pytest -q -p no:cacheprovider \
   tests/test_accumulation.py tests/test_exactness_matrix.py tests/test_micro_batches.py \
-  -k "not mirrored and not peak_memory"
+  -k "not mirrored and not peak_memory and (not xla or uneven_batches_sample_weights or lstm-xla)"
