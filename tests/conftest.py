@@ -48,3 +48,28 @@ def image(tmp_path_factory):
             os.environ.pop("TF_USE_LEGACY_KERAS")
         else:
             os.environ["TF_USE_LEGACY_KERAS"] = before
+
+
+# Parallel runs (`pytest -n 2 --dist loadgroup`, what scripts/test.sh runs): every module is
+# one unit of work, so its module fixtures are built once; the modules that share one of the
+# session fixtures above form one unit, so that one worker builds it. The units that run
+# pipelines come first (one end-to-end module can take minutes), so that the light ones
+# fill the end of the run instead of a long one starting last.
+SHARED_SESSION_FIXTURES = ("first_run", "image")
+
+
+def pytest_collection_modifyitems(config, items):
+    modules: dict[str, list] = {}
+    for item in items:
+        modules.setdefault(item.nodeid.split("::")[0], []).append(item)
+    weight = {}
+    for module, module_items in modules.items():
+        used = {name for item in module_items for name in item.fixturenames}
+        group = next((name for name in SHARED_SESSION_FIXTURES if name in used), module)
+        for item in module_items:
+            item.add_marker(pytest.mark.xdist_group(group))
+        e2e = any(item.get_closest_marker("e2e") for item in module_items)
+        weight[module] = SHARED_SESSION_FIXTURES.index(group) if group != module else 2 + (not e2e)
+    # Modules stay contiguous (a module fixture is set up once); heavier units first.
+    order = sorted(modules, key=lambda module: weight[module])
+    items[:] = [item for module in order for item in modules[module]]
