@@ -16,6 +16,6 @@ if [ $# -eq 0 ]; then
   # shared session fixture) on one worker.
   workers=$(nproc 2>/dev/null || echo 1)
   [ "$workers" -le 4 ] || workers=4
-  exec .venv/bin/python -m pytest -n "$workers" --dist loadgroup --no-loadscope-reorder
+  exec .venv/bin/python -m pytest -n "$workers" --dist loadscope --no-loadscope-reorder
 fi
 exec .venv/bin/python -m pytest "$@"

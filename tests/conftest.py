@@ -50,26 +50,52 @@ def image(tmp_path_factory):
             os.environ["TF_USE_LEGACY_KERAS"] = before
 
 
-# Parallel runs (`pytest -n 2 --dist loadgroup`, what scripts/test.sh runs): every module is
-# one unit of work, so its module fixtures are built once; the modules that share one of the
-# session fixtures above form one unit, so that one worker builds it. The units that run
-# pipelines come first (one end-to-end module can take minutes), so that the light ones
-# fill the end of the run instead of a long one starting last.
-SHARED_SESSION_FIXTURES = ("first_run", "image")
+# Parallel runs (`pytest -n N --dist loadscope`, what scripts/test.sh runs): every module is
+# one unit of work, so that its module fixtures are built once, and the modules that share
+# one of the session fixtures above form one unit, so that one worker builds it. (xdist's
+# own `xdist_group` marks have no effect with pytest 9: their node-id suffix is lost, so
+# the units are told to the scheduler through xdist's public hook instead.) The units that
+# run pipelines come first, so that the light ones fill the end of the run.
+SHARED_SESSION_FIXTURES = {
+    "first_run": (
+        "tests/test_faults.py",
+        "tests/test_multi_worker_trainer.py",
+        "tests/test_parallel_search.py",
+        "tests/test_pipeline_e2e.py",
+        "tests/test_search_at_scale.py",
+    ),
+    "image": ("tests/test_image.py", "tests/test_kubeflow_local.py", "tests/test_wheel.py"),
+}
+UNIT = {module: name for name, modules in SHARED_SESSION_FIXTURES.items() for module in modules}
+
+
+def pytest_xdist_make_scheduler(config, log):
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByUnit(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::")[0]
+            return UNIT.get(module, module)
+
+    return ByUnit(config, log)
 
 
 def pytest_collection_modifyitems(config, items):
     modules: dict[str, list] = {}
     for item in items:
         modules.setdefault(item.nodeid.split("::")[0], []).append(item)
-    weight = {}
     for module, module_items in modules.items():
         used = {name for item in module_items for name in item.fixturenames}
-        group = next((name for name in SHARED_SESSION_FIXTURES if name in used), module)
-        for item in module_items:
-            item.add_marker(pytest.mark.xdist_group(group))
-        e2e = any(item.get_closest_marker("e2e") for item in module_items)
-        weight[module] = SHARED_SESSION_FIXTURES.index(group) if group != module else 2 + (not e2e)
+        for name in SHARED_SESSION_FIXTURES:
+            # The table above must name every module that uses a shared fixture.
+            assert name not in used or UNIT.get(module) == name, (
+                f"{module} uses the {name} fixture: add it to SHARED_SESSION_FIXTURES"
+            )
+
+    def weight(module: str) -> int:
+        if module in UNIT:
+            return list(SHARED_SESSION_FIXTURES).index(UNIT[module])
+        return 2 + (not any(item.get_closest_marker("e2e") for item in modules[module]))
+
     # Modules stay contiguous (a module fixture is set up once); heavier units first.
-    order = sorted(modules, key=lambda module: weight[module])
-    items[:] = [item for module in order for item in modules[module]]
+    items[:] = [item for module in sorted(modules, key=weight) for item in modules[module]]
