@@ -67,6 +67,9 @@ SHARED_SESSION_FIXTURES = {
     "image": ("tests/test_image.py", "tests/test_kubeflow_local.py", "tests/test_wheel.py"),
 }
 UNIT = {module: name for name, modules in SHARED_SESSION_FIXTURES.items() for module in modules}
+# The longest units, longest first (sequential minutes on 2 cores: about 17, 8 and 5); the
+# other modules that run pipelines follow, then the rest.
+LONGEST_UNITS = ("first_run", "tests/test_reliability.py", "image")
 
 
 def pytest_xdist_make_scheduler(config, log):
@@ -93,9 +96,11 @@ def pytest_collection_modifyitems(config, items):
             )
 
     def weight(module: str) -> int:
-        if module in UNIT:
-            return list(SHARED_SESSION_FIXTURES).index(UNIT[module])
-        return 2 + (not any(item.get_closest_marker("e2e") for item in modules[module]))
+        unit = UNIT.get(module, module)
+        if unit in LONGEST_UNITS:
+            return LONGEST_UNITS.index(unit)
+        e2e = any(item.get_closest_marker("e2e") for item in modules[module])
+        return len(LONGEST_UNITS) + (not e2e)
 
     # Modules stay contiguous (a module fixture is set up once); heavier units first.
     items[:] = [item for module in sorted(modules, key=weight) for item in modules[module]]
