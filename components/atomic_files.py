@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import os
 import re
 import tempfile
@@ -35,6 +36,7 @@ __all__ = [
     "atomic_write_text",
     "disk_full",
     "file_mode",
+    "gfile_digest",
     "gfile_write_atomic",
     "raise_if_disk_full",
     "set_aside",
@@ -145,3 +147,16 @@ def raise_if_disk_full(error: BaseException, path: str | os.PathLike) -> None:
         raise error
     if disk_full(error):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path)) from error
+
+
+def gfile_digest(path: str) -> tuple[int, str]:
+    """The size and SHA-256 (hex) of a local or ``gs://`` file, read in 1 MiB chunks: what
+    tells a complete file from a damaged one (training backups, ExampleGen outputs)."""
+    import tensorflow as tf
+
+    digest, size = hashlib.sha256(), 0
+    with tf.io.gfile.GFile(path, "rb") as handle:
+        while chunk := handle.read(1 << 20):
+            digest.update(chunk)
+            size += len(chunk)
+    return size, digest.hexdigest()

@@ -15,7 +15,6 @@ runs TFX's and then writes the fingerprint (TFX's public way to extend a compone
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from typing import Any
@@ -28,7 +27,7 @@ from tfx.components.example_gen.import_example_gen import executor as import_exe
 from tfx.dsl.components.base import executor_spec
 from tfx.types import standard_component_specs
 
-from tfx_accum.components.atomic_files import gfile_write_atomic
+from tfx_accum.components.atomic_files import gfile_digest, gfile_write_atomic
 
 FINGERPRINT_FILE = "tfx_accum_fingerprint.json"
 
@@ -44,20 +43,11 @@ def _files(uri: str) -> list[str]:
     return sorted(found)
 
 
-def _digest(path: str) -> tuple[int, str]:
-    digest, size = hashlib.sha256(), 0
-    with tf.io.gfile.GFile(path, "rb") as handle:
-        while chunk := handle.read(1 << 20):
-            digest.update(chunk)
-            size += len(chunk)
-    return size, digest.hexdigest()
-
-
 def fingerprint(uri: str) -> dict[str, dict[str, Any]]:
     """``{relative path: {"size": bytes, "sha256": hex}}`` of every file under ``uri``."""
     result = {}
     for relative in _files(uri):
-        size, digest = _digest(os.path.join(uri, relative))
+        size, digest = gfile_digest(os.path.join(uri, relative))
         result[relative] = {"size": size, "sha256": digest}
     return result
 
@@ -87,7 +77,7 @@ def check(uri: str) -> str | None:
         full = os.path.join(uri, relative)
         if relative not in present:
             return f"{full} is missing"
-        size, digest = _digest(full)
+        size, digest = gfile_digest(full)
         if size != expected["size"]:
             return f"{full} has {size:,} bytes, {expected['size']:,} when written"
         if digest != expected["sha256"]:

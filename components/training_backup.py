@@ -27,7 +27,6 @@ backup.delete()                              # training finished
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import re
 import uuid
@@ -37,19 +36,15 @@ import keras
 import tensorflow as tf
 
 from tfx_accum import console
-from tfx_accum.components.atomic_files import gfile_write_atomic, raise_if_disk_full, set_aside
+from tfx_accum.components.atomic_files import (
+    gfile_digest,
+    gfile_write_atomic,
+    raise_if_disk_full,
+    set_aside,
+)
 
 _STATE = re.compile(r"^epoch-(\d+)\.json$")
 _INCOMING = ".incoming-"
-
-
-def _sha256(path: str) -> tuple[int, str]:
-    digest, size = hashlib.sha256(), 0
-    with tf.io.gfile.GFile(path, "rb") as handle:
-        while chunk := handle.read(1 << 20):
-            digest.update(chunk)
-            size += len(chunk)
-    return size, digest.hexdigest()
 
 
 class TrainingBackup(keras.callbacks.Callback):
@@ -118,7 +113,7 @@ class TrainingBackup(keras.callbacks.Callback):
             return f"its state file is unreadable: {type(error).__name__}", None
         if not tf.io.gfile.exists(weights):
             return "its weights file is missing", weights
-        if _sha256(weights) != expected:
+        if gfile_digest(weights) != expected:
             return "its weights file differs from what was written (cut short?)", weights
         return None, weights
 
@@ -155,7 +150,7 @@ class TrainingBackup(keras.callbacks.Callback):
         tmp = self._path(f"{_INCOMING}{uuid.uuid4().hex[:8]}.weights.h5")
         try:
             self.model.save_weights(tmp, overwrite=True)
-            size, digest = _sha256(tmp)
+            size, digest = gfile_digest(tmp)
             tf.io.gfile.rename(tmp, final, overwrite=True)
         except Exception as error:
             with contextlib.suppress(Exception):
