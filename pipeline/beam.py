@@ -6,6 +6,13 @@ large input needs the workers. The local runner therefore picks the DirectRunner
 from the input size; ``--beam-pipeline-args`` replaces the choice entirely (for example
 ``--runner=DataflowRunner ...``).
 
+Every Beam component's executor also packages TFX itself as an sdist for remote workers
+(``tfx/utils/dependency_utils.py``: a ``setup.py sdist`` subprocess, 1-1.5 s per component
+on a 2-core machine) unless one of Beam's dependency options is set. The DirectRunner never
+reads it: its workers are this interpreter, in this process (``in_memory``) or as
+``sys.executable -m apache_beam.runners.worker.sdk_worker_main`` (``multi_processing``).
+:func:`without_tfx_sdist` says so to TFX for DirectRunner arguments.
+
 Example:
 
 ```python
@@ -16,8 +23,10 @@ args, why = local_beam_args(input_bytes=300_000, cpus=2)
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import shlex
+import sys
 
 from tfx_accum.pipeline.errors import InputError
 
@@ -49,6 +58,46 @@ def local_beam_args(input_bytes: int, cpus: int) -> tuple[list[str], str]:
         ["--direct_running_mode=multi_processing", f"--direct_num_workers={workers}"],
         f"input {mib:.0f} MiB, {cpus} CPUs",
     )
+
+
+# Beam's options that TFX takes as "the workers' dependencies are provided" (dest names).
+TFX_DEPENDENCY_OPTIONS = frozenset(
+    {
+        "extra_packages",
+        "setup_file",
+        "requirements_file",
+        "worker_harness_container_image",
+        "sdk_container_image",
+    }
+)
+DIRECT_RUNNERS = frozenset({"directrunner", "direct", "switchingdirectrunner"})
+
+
+def without_tfx_sdist(args: list[str]) -> list[str]:
+    """``args``, plus Beam's own SDK image as ``--sdk_container_image`` where they select
+    the DirectRunner and name no dependency option, so that TFX builds no sdist of itself.
+
+    The image is the one Beam's portable runners start for this Python and Beam version;
+    the DirectRunner's environment is fixed by its running mode and ignores it. Arguments
+    for another runner (Dataflow, Flink) are returned unchanged: there TFX's package is
+    what the remote workers install.
+    """
+    names, runner = set(), "directrunner"
+    for arg in args:
+        name, _, value = arg.removeprefix("--").partition("=")
+        name = name.replace("-", "_")
+        names.add("extra_packages" if name == "extra_package" else name)
+        if name == "runner":
+            runner = value.lower()
+    if runner not in DIRECT_RUNNERS or names & TFX_DEPENDENCY_OPTIONS:
+        return list(args)
+    return [*args, f"--sdk_container_image={beam_sdk_image()}"]
+
+
+def beam_sdk_image() -> str:
+    """Beam's SDK container image for this interpreter and the installed Beam."""
+    version = importlib.metadata.version("apache-beam")
+    return f"apache/beam_python{sys.version_info.major}.{sys.version_info.minor}_sdk:{version}"
 
 
 def pod_beam_args(cpus: float) -> list[str]:

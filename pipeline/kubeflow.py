@@ -139,7 +139,7 @@ def compile_pipeline(
             f"--parallel-trials {requested} on TPU node pool {pool.name!r}: a TPU host "
             "serves one process. Use 1."
         )
-    from tfx import v1 as tfx
+    from tfx.orchestration.kubeflow.v2 import kubeflow_v2_dag_runner  # not tfx.v1
 
     from tfx_accum.pipeline import run_parameters
     from tfx_accum.pipeline.pipeline import create_pipeline
@@ -180,8 +180,8 @@ def compile_pipeline(
         if is_accelerated:
             accelerated.append(f"{component.id}_executor")
 
-    runner = tfx.orchestration.experimental.KubeflowV2DagRunner(
-        config=tfx.orchestration.experimental.KubeflowV2DagRunnerConfig(
+    runner = kubeflow_v2_dag_runner.KubeflowV2DagRunner(
+        config=kubeflow_v2_dag_runner.KubeflowV2DagRunnerConfig(
             default_image=image, use_pipeline_spec_2_1=(target == "kfp")
         ),
         output_dir=tempfile.gettempdir(),
@@ -264,7 +264,7 @@ def check_trainer_workers(
 def _train_on_vertex(trainer, pool, image: str, workers: int, project: str, region: str) -> None:
     """The Trainer as TFX's Vertex AI Training extension on ``workers`` machines."""
     from tfx_accum.components.strategy import ACCELERATOR_ENV, NODE_POOL_ENV
-    from tfx_accum.components.tfx_components import train_on_vertex, vertex_job_spec
+    from tfx_accum.components.vertex_trainer import train_on_vertex, vertex_job_spec
 
     job_spec = vertex_job_spec(
         image,

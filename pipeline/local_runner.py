@@ -203,9 +203,9 @@ def run_local(
 
         runner = BeamDagRunner()
     else:
-        from tfx import v1 as tfx
+        from tfx.orchestration.local.local_dag_runner import LocalDagRunner  # not tfx.v1
 
-        runner = tfx.orchestration.LocalDagRunner()
+        runner = LocalDagRunner()
     console.say(
         f"[pipeline] {len(pipeline.components)} components with {orchestrator} orchestration; "
         f"outputs under {paths.output_dir}"

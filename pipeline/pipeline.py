@@ -19,8 +19,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from tfx import v1 as tfx
-from tfx.proto import example_gen_pb2
+# TFX's classes from the modules that define them: `from tfx import v1` also imports its
+# Google Cloud extensions (google.cloud.aiplatform, ~3 s of every run's start-up).
+from tfx.components import ExampleValidator, SchemaGen, StatisticsGen
+from tfx.components.schema_gen.import_schema_gen.component import ImportSchemaGen
+from tfx.orchestration import metadata
+from tfx.orchestration.pipeline import Pipeline
+from tfx.proto import example_gen_pb2, pusher_pb2, trainer_pb2
 
 from tfx_accum.components import tasks
 from tfx_accum.components.example_fingerprint import CsvExampleGen, ImportExampleGen
@@ -35,7 +40,7 @@ from tfx_accum.components.settings import (
 )
 from tfx_accum.components.tfx_components import Trainer, Tuner
 from tfx_accum.pipeline import run_parameters as params
-from tfx_accum.pipeline.beam import pod_beam_args
+from tfx_accum.pipeline.beam import pod_beam_args, without_tfx_sdist
 from tfx_accum.pipeline.data_files import PATTERNS  # ExampleGen's, read by the input checks
 from tfx_accum.pipeline.evaluation import eval_config
 
@@ -79,7 +84,7 @@ def create_pipeline(
     data_format: str = "csv",
     schema_file: str | None = None,
     runtime_parameters: bool = False,
-) -> tfx.dsl.Pipeline:
+) -> Pipeline:
     """Builds the pipeline. ``metadata_path=None`` leaves ML Metadata to the orchestrator.
 
     ``hyperparameters`` are the Trainer's when ``tune`` is off (default:
@@ -120,21 +125,19 @@ def create_pipeline(
 
     example_gen = example_gen_component(run[params.DATA_ROOT], data_format)
     if schema_file:
-        schema_gen = tfx.components.ImportSchemaGen(schema_file=schema_file)
-        statistics_gen = tfx.components.StatisticsGen(
+        schema_gen = ImportSchemaGen(schema_file=schema_file)
+        statistics_gen = StatisticsGen(
             examples=example_gen.outputs["examples"], schema=schema_gen.outputs["schema"]
         )
         components: list[Any] = [example_gen, schema_gen, statistics_gen]
     else:
-        statistics_gen = tfx.components.StatisticsGen(examples=example_gen.outputs["examples"])
-        schema_gen = tfx.components.SchemaGen(
+        statistics_gen = StatisticsGen(examples=example_gen.outputs["examples"])
+        schema_gen = SchemaGen(
             statistics=statistics_gen.outputs["statistics"], infer_feature_shape=True
         )
         components = [example_gen, statistics_gen, schema_gen]
     statistics = statistics_gen.outputs["statistics"]
-    example_validator = tfx.components.ExampleValidator(
-        statistics=statistics, schema=schema_gen.outputs["schema"]
-    )
+    example_validator = ExampleValidator(statistics=statistics, schema=schema_gen.outputs["schema"])
     components.append(example_validator)
 
     best_hyperparameters = None  # the Tuner's output channel, when tuning
@@ -148,8 +151,8 @@ def create_pipeline(
             examples=example_gen.outputs["examples"],
             schema=schema_gen.outputs["schema"],
             statistics=statistics,
-            train_args=tfx.proto.TrainArgs(),
-            eval_args=tfx.proto.EvalArgs(),
+            train_args=trainer_pb2.TrainArgs(),
+            eval_args=trainer_pb2.EvalArgs(),
             custom_config={
                 **custom_config,
                 "search_space": search_space.to_config(),
@@ -179,8 +182,8 @@ def create_pipeline(
         schema=schema_gen.outputs["schema"],
         statistics=statistics,
         hyperparameters=best_hyperparameters,
-        train_args=tfx.proto.TrainArgs(num_steps=train_steps),  # a run's train_steps override
-        eval_args=tfx.proto.EvalArgs(),  # validation reads the whole eval split
+        train_args=trainer_pb2.TrainArgs(num_steps=train_steps),  # a run's train_steps override
+        eval_args=trainer_pb2.EvalArgs(),  # validation reads the whole eval split
         custom_config=trainer_config,
     )
     blessing = Blessing.for_task(
@@ -200,21 +203,19 @@ def create_pipeline(
     pusher = Pusher(  # TFX's, publishing the model atomically (components/pusher.py)
         model=trainer.outputs["model"],
         model_blessing=evaluator.outputs["blessing"],
-        push_destination=tfx.proto.PushDestination(
-            filesystem=tfx.proto.PushDestination.Filesystem(base_directory=serving_model_dir)
+        push_destination=pusher_pb2.PushDestination(
+            filesystem=pusher_pb2.PushDestination.Filesystem(base_directory=serving_model_dir)
         ),
     )
     components += [trainer, evaluator, pusher]
 
-    return tfx.dsl.Pipeline(
+    return Pipeline(
         pipeline_name=pipeline_name,
         pipeline_root=pipeline_root,
         components=components,
         enable_cache=enable_cache,
         metadata_connection_config=(
-            tfx.orchestration.metadata.sqlite_metadata_connection_config(metadata_path)
-            if metadata_path
-            else None
+            metadata.sqlite_metadata_connection_config(metadata_path) if metadata_path else None
         ),
-        beam_pipeline_args=list(beam_pipeline_args or pod_beam_args(1)),
+        beam_pipeline_args=without_tfx_sdist(list(beam_pipeline_args or pod_beam_args(1))),
     )

@@ -34,10 +34,11 @@ import dataclasses
 from typing import Any
 
 from google.protobuf import json_format
-from tfx import v1 as tfx
+from tfx.components import Evaluator as TfxEvaluator  # not tfx.v1: see pipeline.py
 from tfx.components.evaluator import executor as evaluator_executor
 from tfx.dsl.components.base import base_component, executor_spec
 from tfx.orchestration import data_types
+from tfx.orchestration.pipeline import Pipeline
 from tfx.types import standard_component_specs
 
 from tfx_accum.components.tfx_components import (  # noqa: F401 - re-exported
@@ -93,7 +94,7 @@ class RunParameters:
         return {name: self.values[name] for name in parameters}
 
 
-def defaults(pipeline: tfx.dsl.Pipeline) -> dict[str, Any]:
+def defaults(pipeline: Pipeline) -> dict[str, Any]:
     """The run-time parameters the pipeline's components take, with their defaults."""
     found = {}
     for component in pipeline.components:
@@ -151,7 +152,7 @@ class _ExtendedSpec(base_component.BaseComponent):
         super().__init__(extended, custom_executor_spec)  # BaseComponent's
 
 
-class Evaluator(tfx.components.Evaluator, _ExtendedSpec):
+class Evaluator(TfxEvaluator, _ExtendedSpec):
     """TFX's Evaluator with the blessing threshold (a run-time parameter) and the bless
     metric it bounds as execution properties."""
 

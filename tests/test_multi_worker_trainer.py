@@ -41,7 +41,7 @@ def capture_vertex_job(run_dir: Path, work: Path, workers: int, monkeypatch) -> 
     from tfx.extensions.google_cloud_ai_platform import runner, training_clients
     from tfx.types import standard_artifacts
 
-    from tfx_accum.components.tfx_components import (
+    from tfx_accum.components.vertex_trainer import (
         VertexTrainerExecutor,
         vertex_job_spec,
         vertex_training_config,

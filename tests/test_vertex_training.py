@@ -63,7 +63,7 @@ def test_the_two_worker_spec_validates_and_builds_a_vertex_pipeline_job(two_work
             "Trainer_executor"
         ]["container"]["args"]
     )
-    assert "tfx_accum.components.tfx_components.VertexTrainerExecutor" in args
+    assert "tfx_accum.components.vertex_trainer.VertexTrainerExecutor" in args
     assert "accelerator" not in trainer["resources"]
     assert summary["executors"]["Tuner_executor"]["resources"]["accelerator"]["type"] == "NVIDIA_L4"
 
@@ -71,7 +71,8 @@ def test_the_two_worker_spec_validates_and_builds_a_vertex_pipeline_job(two_work
 def test_the_worker_pools_are_the_profiles_machines_running_the_image(two_workers):
     from google.cloud import aiplatform_v1
 
-    from tfx_accum.components.tfx_components import TrainerExecutor, VertexTrainerExecutor
+    from tfx_accum.components.tfx_components import TrainerExecutor
+    from tfx_accum.components.vertex_trainer import VertexTrainerExecutor
 
     config = trainer_config(json.loads(two_workers.read_text()))
     assert config["ai_platform_enable_vertex"] is True
