@@ -45,6 +45,11 @@ class NoSessionResetMixin:
             )
         return model
 
+    def build_trial_model(self, hp):
+        """The trial's model as ``Tuner.run_trial`` builds it (under the tuner's
+        distribution strategy), for a ``run_trial`` override (search_tuners.py)."""
+        return self._try_build(hp)
+
 
 # 2. Keras Tuner's chief (``oracle_chief.start_server``) serves the oracle with its own
 # ``OracleServicer`` but then polls every second, waits in 20-second sleeps for workers to

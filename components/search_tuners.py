@@ -276,8 +276,28 @@ def _trial_line(trial, seconds: float, timing, objective: str) -> str:
     )
 
 
-class AccumulationTuner(AccumulationTunerMixin, NoSessionResetMixin, keras_tuner.Tuner):
-    """Random and Bayesian search (the algorithm is the oracle's)."""
+class NoTrialCheckpointMixin:
+    """A trial trains as Keras Tuner's documented ``run_trial`` example does (build the
+    model, fit it), without the ``SaveBestEpoch`` checkpoint that ``Tuner.run_trial`` adds.
+
+    The checkpoint (the trial's best epoch's weights, written at every improving epoch) is
+    read back only by ``get_best_models``/``load_model``, which TFX's Tuner never calls:
+    the Trainer trains the best configuration from the start. Writing it cost about 0.2 s
+    per epoch on the digits. Hyperband keeps it: a continued trial starts from its
+    parent's checkpoint.
+    """
+
+    def run_trial(self, trial, *args, **kwargs):
+        hp = trial.hyperparameters
+        model = self.build_trial_model(hp)  # keras_tuner_adapter.NoSessionResetMixin
+        return self.hypermodel.fit(hp, model, *args, **kwargs)
+
+
+class AccumulationTuner(
+    AccumulationTunerMixin, NoTrialCheckpointMixin, NoSessionResetMixin, keras_tuner.Tuner
+):
+    """Random and Bayesian search (the algorithm is the oracle's); no trial checkpoints
+    (:class:`NoTrialCheckpointMixin`)."""
 
 
 class AccumulationHyperband(AccumulationTunerMixin, NoSessionResetMixin, keras_tuner.Hyperband):

@@ -132,3 +132,22 @@ def test_one_traced_step_serves_the_whole_default_search(tmp_path):
     }
     assert len({k for k, _ in splits}) > 1 and len({m for _, m in splits}) > 1
     assert hypermodel.trace_count == 1
+
+
+@pytest.mark.parametrize("algorithm", ["random", "hyperband"])
+def test_trials_write_checkpoints_only_where_hyperband_reads_them(algorithm, tmp_path):
+    """Random and Bayesian trials train without Keras Tuner's best-epoch checkpoint (TFX's
+    Tuner never loads a trial's model); Hyperband's continued trials start from one."""
+    space = SearchSpace(
+        accumulation_steps_choices=(1, 2),
+        micro_batch_choices=(8, 16),
+        algorithm=algorithm,
+        max_trials=3,
+        tuning_epochs=2,
+    )
+    tuner = make_tuner(space, AccumulationHyperModel(space, tiny_splits(), "mlp"), str(tmp_path))
+    tuner.search(epochs=2)
+    completed = [t for t in tuner.oracle.trials.values() if t.status == "COMPLETED"]
+    assert completed and all(t.score is not None for t in completed)
+    checkpoints = list(tmp_path.rglob("checkpoint*.h5"))
+    assert bool(checkpoints) == (algorithm == "hyperband"), checkpoints
