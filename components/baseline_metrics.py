@@ -17,6 +17,11 @@ same pass as the model's score (each is a ``beam.CombineFn`` that TFMA runs besi
 own metrics). The Evaluator gates on the lift with a ``MetricThreshold`` of
 :data:`MIN_LIFT` (pipeline/evaluation.py): equal to the baseline is not better.
 
+:class:`SparseCategoricalAccuracy` is the model's accuracy computed the same way (the arg
+max of the scores against the class index, weighted), in Python like TFMA's own native
+metrics: TFMA's wrapper of the Keras metric of that name traces TensorFlow functions in
+every Evaluator, about 2 s of a 6.6 s Evaluator on the digits' 626 eval examples.
+
 They are ordinary ``tfma.metrics.Metric`` subclasses, named in an ``EvalConfig`` by class
 and module (:func:`metric_config`), so TFMA imports them from the installed package
 wherever the Evaluator runs (Beam's DirectRunner, a Kubeflow pod).
@@ -34,6 +39,7 @@ import tensorflow_model_analysis as tfma
 from tensorflow_model_analysis.metrics import metric_types, metric_util
 
 # The names of the values in TFMA's output (``tfma.load_eval_result``, the validation).
+ACCURACY = "sparse_categorical_accuracy"  # Keras's name for the same accuracy
 ACCURACY_LIFT = "accuracy_lift"  # accuracy - majority_class_share
 MAJORITY_CLASS_SHARE = "majority_class_share"  # the majority class's share of the split
 R_SQUARED = "r_squared"  # 1 - mse / mean_predictor_mse
@@ -73,6 +79,17 @@ class MajorityClassLift(tfma.metrics.Metric):
         super().__init__(metric_util.merge_per_key_computations(_majority_computations), name=name)
 
 
+class SparseCategoricalAccuracy(tfma.metrics.Metric):
+    """The share of examples whose highest score is their class, as Keras's metric of the
+    same name computes it (``sparse_categorical_accuracy``), without TensorFlow.
+
+    Reads what :class:`MajorityClassLift` reads: a class index per example and its scores.
+    """
+
+    def __init__(self, name: str = ACCURACY):
+        super().__init__(metric_util.merge_per_key_computations(_accuracy_computations), name=name)
+
+
 class MeanPredictorLift(tfma.metrics.Metric):
     """The MSE of always predicting the labels' mean, and the model's R^2 against it.
 
@@ -102,6 +119,24 @@ def _majority_computations(
             keys=keys,
             preprocessors=None,
             combiner=_MajorityCombiner(keys, eval_config, example_weighted),
+        )
+    ]
+
+
+def _accuracy_computations(
+    name: str = ACCURACY,
+    eval_config: tfma.EvalConfig | None = None,
+    model_name: str = "",
+    output_name: str = "",
+    sub_key: metric_types.SubKey | None = None,
+    example_weighted: bool = False,
+) -> metric_types.MetricComputations:
+    key = _key(name, model_name, output_name, sub_key, example_weighted)
+    return [
+        metric_types.MetricComputation(
+            keys=[key],
+            preprocessors=None,
+            combiner=_AccuracyCombiner([key], eval_config, example_weighted),
         )
     ]
 
@@ -169,6 +204,15 @@ class _MajorityCombiner(_Combiner):
     def add_input(
         self, accumulator: _ClassCounts, element: metric_types.StandardMetricInputs
     ) -> _ClassCounts:
+        for true_class, predicted, weight in self._classes(element):
+            accumulator.per_class[true_class] += weight
+            accumulator.total += weight
+            if predicted == true_class:
+                accumulator.correct += weight
+        return accumulator
+
+    def _classes(self, element: metric_types.StandardMetricInputs):
+        """``(true class, predicted class, weight)`` of each example."""
         for label, prediction, weight in self._examples(element):
             scores = np.asarray(prediction, dtype=np.float64).reshape(-1)
             if scores.size < 2:
@@ -176,13 +220,12 @@ class _MajorityCombiner(_Combiner):
                     f"{type(self).__name__} needs one score per class (at least 2 per "
                     f"example, the serving output's `scores`); got {scores.size}."
                 )
-            true_class = int(np.asarray(label).reshape(-1)[0])
-            weight = float(metric_util.safe_to_scalar(weight))
-            accumulator.per_class[true_class] += weight
-            accumulator.total += weight
-            if int(np.argmax(scores)) == true_class:
-                accumulator.correct += weight
-        return accumulator
+            # The first of equal scores wins, as in Keras (argmax).
+            yield (
+                int(np.asarray(label).reshape(-1)[0]),
+                int(np.argmax(scores)),
+                float(metric_util.safe_to_scalar(weight)),
+            )
 
     def merge_accumulators(self, accumulators: Iterable[_ClassCounts]) -> _ClassCounts:
         merged = _ClassCounts()
@@ -202,6 +245,14 @@ class _MajorityCombiner(_Combiner):
             lift_key: (accumulator.correct - majority) / accumulator.total,
             share_key: majority / accumulator.total,
         }
+
+
+class _AccuracyCombiner(_MajorityCombiner):
+    def extract_output(self, accumulator: _ClassCounts) -> metric_types.MetricsDict:
+        (key,) = self._keys
+        if accumulator.total <= 0:
+            return {key: float("nan")}
+        return {key: accumulator.correct / accumulator.total}
 
 
 @dataclasses.dataclass

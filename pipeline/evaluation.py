@@ -2,7 +2,8 @@
 
 :func:`eval_config` gives TFMA's ``EvalConfig`` for a task (components/tasks.py):
 
-- multiclass: accuracy (``SparseCategoricalAccuracy``), ``ExampleCount``, and the
+- multiclass: accuracy (``SparseCategoricalAccuracy``, computed as Keras does but without
+  TensorFlow: components/baseline_metrics.py), ``ExampleCount``, and the
   majority-class baseline with the model's lift over it
   (:class:`~tfx_accum.components.baseline_metrics.MajorityClassLift`);
 - binary: the same, and AUC, precision and recall of class 1 (TFMA's own metrics,
@@ -120,7 +121,10 @@ def _metrics_specs(blessing: Blessing) -> list[tfma.MetricsSpec]:
 
 def _metric(name: str, blessing: Blessing) -> tfma.MetricConfig:
     """TFMA's metric for ``name``, with the blessing's threshold if it is the bless metric."""
-    config = tfma.MetricConfig(class_name=_CLASS_NAMES[name])
+    if name == "accuracy":  # computed without TensorFlow (baseline_metrics.py)
+        config = baseline_metrics.metric_config(baseline_metrics.SparseCategoricalAccuracy)
+    else:
+        config = tfma.MetricConfig(class_name=_CLASS_NAMES[name])
     if name != blessing.metric:
         return config
     threshold = blessing.threshold
