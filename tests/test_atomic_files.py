@@ -28,14 +28,14 @@ TRIALS = [
 
 def test_a_report_written_on_a_full_disk_keeps_the_earlier_one(tmp_path):
     with tmpfs(tmp_path / "disk", "4m") as disk:
-        csv_path, _ = write_trials(TRIALS, disk)
-        before = csv_path.read_bytes()
+        reports = write_trials(TRIALS, disk)
+        before = [path.read_bytes() for path in reports]
         filler = fill(disk)
         with pytest.raises(OSError) as error:
             write_trials([{**TRIALS[0], "score": 0.95}] * 2000, disk)
         assert error.value.errno == errno.ENOSPC
-        assert error.value.filename == str(csv_path)
-        assert csv_path.read_bytes() == before
+        assert error.value.filename in {str(path) for path in reports}
+        assert [path.read_bytes() for path in reports] == before
         assert sorted(p.name for p in disk.iterdir()) == ["filler", "trials.csv", "trials.png"]
         filler.unlink()
 
@@ -51,3 +51,17 @@ def test_reports_get_the_users_umask_but_never_world_write(tmp_path):
     for path in (csv_path, png_path):
         mode = path.stat().st_mode
         assert mode & stat.S_IWGRP and not mode & stat.S_IWOTH, oct(mode)
+
+
+def test_the_same_trials_leave_the_reports_untouched_and_new_ones_rewrite_both(tmp_path):
+    """A cached re-run reports the same trials: nothing is redrawn. The PNG is written
+    before the CSV, so a CSV from the same trials means a PNG drawn from them."""
+    csv_path, png_path = write_trials(TRIALS, tmp_path)
+    stamps = [p.stat().st_mtime_ns for p in (csv_path, png_path)]
+    png_path.write_bytes(b"drawn from these trials")  # what a redraw would overwrite
+    write_trials(TRIALS, tmp_path)
+    assert png_path.read_bytes() == b"drawn from these trials"
+    assert csv_path.stat().st_mtime_ns == stamps[0]
+    write_trials([{**TRIALS[0], "score": 0.95}], tmp_path)
+    assert png_path.read_bytes().startswith(b"\x89PNG")
+    assert "0.95" in csv_path.read_text()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
 
 import pytest
@@ -10,6 +11,7 @@ from tfx_accum.components.settings import ModelSettings
 from tfx_accum.pipeline.csv_check import validate_csv_dir
 from tfx_accum.pipeline.data import (
     DIGITS_CLASS_COUNTS,
+    DIGITS_CSV_SHA256,
     DataError,
     digits_csv_text,
     validate_data_root,
@@ -28,6 +30,10 @@ def test_embedded_digits_are_real_and_written_once(tmp_path):
     write_embedded_digits(tmp_path)
     assert target.stat().st_mtime_ns == mtime  # unchanged file keeps the TFX cache valid
     assert target.read_text() == digits_csv_text()
+    assert hashlib.sha256(digits_csv_text().encode()).hexdigest() == DIGITS_CSV_SHA256
+    target.write_text(digits_csv_text().replace("\n0,", "\n1,", 1))  # a changed file
+    write_embedded_digits(tmp_path)
+    assert target.read_text() == digits_csv_text()  # is written again
 
 
 @pytest.mark.parametrize(
