@@ -66,6 +66,12 @@ def _metric(trial, name: str) -> float | None:
     return None
 
 
+def _same_split(trial, other) -> bool:
+    """Whether two trials split their effective batch the same way (the same k and m)."""
+    mine, theirs = trial.hyperparameters.values, other.hyperparameters.values
+    return all(mine.get(n) == theirs.get(n) for n in (HP_ACCUMULATION_STEPS, HP_MICRO_BATCH_SIZE))
+
+
 def trial_record(trial) -> TrialRecord:
     """What :mod:`search_policy` needs of a Keras Tuner trial."""
     reused = _metric(trial, TRIAL_REUSED_FROM)
@@ -145,8 +151,17 @@ class AccumulationTunerMixin:
         source = self._finished_duplicate(trial)
         if source is None:
             return super().run_trial(trial, *args, **kwargs)
-        model = self.hypermodel.build(trial.hyperparameters)
-        speed = self.hypermodel.measure_speed(trial.hyperparameters, model)
+        if _same_split(trial, source):
+            # The very same trial (Bayesian optimization proposes a point again): its
+            # speed and memory are the source's too; nothing is trained or measured.
+            speed = {
+                name: value
+                for name in (TRIAL_SPEED, TRIAL_PEAK_MEMORY)
+                if (value := _metric(source, name)) is not None
+            }
+        else:
+            model = self.hypermodel.build(trial.hyperparameters)
+            speed = self.hypermodel.measure_speed(trial.hyperparameters, model)
         examples = _metric(source, TRIAL_EXAMPLES)
         return {
             self.hypermodel.objective: float(source.score),
@@ -265,9 +280,12 @@ def _trial_line(trial, seconds: float, timing, objective: str) -> str:
         speed += f", peak {PeakMemory().kind} memory {peak:,.0f} MiB" if peak else ""
     reused = _metric(trial, TRIAL_REUSED_FROM) if trial.status == "COMPLETED" else None
     if reused is not None:
+        source = f"trial {int(reused):0{len(trial.trial_id)}d}"
         score += (
-            f" (reused from trial {int(reused):0{len(trial.trial_id)}d}: same effective "
-            "batch and learning rate, exact accumulation; speed measured only)"
+            f" (identical to {source}: its score, speed and memory; nothing trained)"
+            if timing is None
+            else f" (reused from {source}: same effective batch and learning rate, exact "
+            "accumulation; speed measured only)"
         )
     return (
         f"[tuner] trial {trial.trial_id}: accumulation_steps={steps} micro_batch={micro} "

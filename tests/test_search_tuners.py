@@ -151,3 +151,26 @@ def test_trials_write_checkpoints_only_where_hyperband_reads_them(algorithm, tmp
     assert completed and all(t.score is not None for t in completed)
     checkpoints = list(tmp_path.rglob("checkpoint*.h5"))
     assert bool(checkpoints) == (algorithm == "hyperband"), checkpoints
+
+
+def test_an_identical_trial_reuses_score_speed_and_memory_without_training(tmp_path):
+    """Bayesian optimization may propose a finished point again: the same k, m and
+    learning rate train the same model at the same speed, so nothing runs."""
+    space = SearchSpace(
+        accumulation_steps_choices=(2,), micro_batch_choices=(8,), max_trials=1, tuning_epochs=1
+    )
+    hypermodel = AccumulationHyperModel(space, tiny_splits(), "mlp")
+    tuner = make_tuner(space, hypermodel, str(tmp_path))
+    tuner.search(epochs=1)
+    (source,) = tuner.oracle.trials.values()
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("an identical trial was trained or measured")
+
+    hypermodel.fit = hypermodel.measure_speed = no_training
+    again = keras_tuner.engine.trial.Trial(source.hyperparameters.copy(), trial_id="1")
+    result = tuner.run_trial(again)
+    assert result[hypermodel.objective] == source.score
+    for name in ("examples_per_second", "peak_memory_mb", "examples"):
+        assert result[name] == source.metrics.get_last_value(name)
+    assert result["reused_from"] == float(int(source.trial_id))
