@@ -278,7 +278,18 @@ def examples_fingerprint(file_patterns: list[str]) -> str:
     files = _files(file_patterns)
     if not files:
         return "empty"
+    # The Tuner and the Trainer of a local run ask for the same files in one process.
+    stats = tuple((f, (st := tf.io.gfile.stat(f)).length, st.mtime_nsec) for f in files)
+    if stats not in _FINGERPRINTS:
+        _FINGERPRINTS[stats] = _fingerprint(files)
+    return _FINGERPRINTS[stats]
 
+
+# Fingerprints computed in this process, by the files' names, sizes and modification times.
+_FINGERPRINTS: dict[tuple, str] = {}
+
+
+def _fingerprint(files: list[str]) -> str:
     def digest(records):
         canonical = _canonical_examples(records)
         return (

@@ -47,7 +47,7 @@ def _serialized(example: tf.train.Example, reverse: bool) -> bytes:
 
 
 def _write(directory: Path, shards: list[list[bytes]]) -> list[str]:
-    directory.mkdir(parents=True)
+    directory.mkdir(parents=True, exist_ok=True)
     for i, records in enumerate(shards):
         with tf.io.TFRecordWriter(str(directory / f"part-{i}.gz"), options="GZIP") as writer:
             for record in records:
@@ -103,3 +103,18 @@ def test_the_search_location_follows_the_content_not_the_paths(tmp_path):
     assert location_for_inputs("/r", "search", args("run-4", records), space={"a": 2}) != (
         location_for_inputs("/r", "search", args("run-5", records), space={"a": 1})
     )
+
+
+def test_a_process_computes_a_fingerprint_once_and_again_for_changed_files(tmp_path, monkeypatch):
+    """The Tuner and the Trainer of a local run fingerprint the same files: the second
+    asks no TensorFlow pass. A file changed in place is read again."""
+    from tfx_accum.components import data
+
+    calls = []
+    real = data._fingerprint
+    monkeypatch.setattr(data, "_fingerprint", lambda files: calls.append(files) or real(files))
+    files = _write(tmp_path / "x", [[_example(r).SerializeToString() for r in ROWS]])
+    first = examples_fingerprint(files)
+    assert examples_fingerprint(files) == first and len(calls) == 1
+    _write(tmp_path / "x", [[_example(r).SerializeToString() for r in ROWS[:-1]]])
+    assert examples_fingerprint(files) != first and len(calls) == 2
