@@ -79,8 +79,8 @@ def without_tfx_sdist(args: list[str]) -> list[str]:
 
     The image is the one Beam's portable runners start for this Python and Beam version;
     the DirectRunner's environment is fixed by its running mode and ignores it. Arguments
-    for another runner (Dataflow, Flink) are returned unchanged: there TFX's package is
-    what the remote workers install.
+    for another runner (Dataflow, Flink), or with an explicit worker environment, are
+    returned unchanged: there TFX's package is what the workers install.
     """
     names, runner = set(), "directrunner"
     for arg in args:
@@ -89,7 +89,9 @@ def without_tfx_sdist(args: list[str]) -> list[str]:
         names.add("extra_packages" if name == "extra_package" else name)
         if name == "runner":
             runner = value.lower()
-    if runner not in DIRECT_RUNNERS or names & TFX_DEPENDENCY_OPTIONS:
+    # An explicit worker environment (``--environment_type=DOCKER``...) may install the
+    # package: TFX's choice then.
+    if runner not in DIRECT_RUNNERS or names & (TFX_DEPENDENCY_OPTIONS | {"environment_type"}):
         return list(args)
     return [*args, f"--sdk_container_image={beam_sdk_image()}"]
 

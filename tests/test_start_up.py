@@ -64,6 +64,7 @@ def test_direct_runner_arguments_make_tfx_build_no_package(args, monkeypatch):
         ["--runner=DataflowRunner", "--project=p"],
         ["--direct_num_workers=2", "--extra_package=/dist/mine.tar.gz"],
         ["--setup_file=./setup.py"],
+        ["--direct_num_workers=2", "--environment_type=DOCKER"],
     ],
 )
 def test_other_runners_and_own_dependencies_are_left_to_tfx(args):
