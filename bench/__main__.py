@@ -40,8 +40,8 @@ def _run_json(args: list[str], env: dict | None = None) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def _ratio(speed: dict, other: str) -> str:
-    ratio = speed["ratio"][other]
+def _ratio(speed: dict, other: str, method: str = "tfx_accum") -> str:
+    ratio = speed["ratio"][other] if method == "tfx_accum" else speed["floor_ratio"][other]
     low, high = ratio["range"]
     return f"**{ratio['median']:.2f}x** [{low:.2f}-{high:.2f}]"
 
@@ -142,16 +142,19 @@ def main(argv: list[str] | None = None) -> int:
         "",
         "| model | XLA | tfx-accum B=128 k=4 (min s) | plain B=128 (min s) "
         "| plain B=32 (min s) | Keras 3 option B=32 k=4 (min s) "
-        "| tfx-accum / plain B=128 (same updates) | tfx-accum / plain B=32 (micro-batch) "
+        "| hand-written floor B=128 k=4 (min s) "
+        "| tfx-accum / plain B=128 (same updates) | floor / plain B=128 "
+        "| tfx-accum / floor | tfx-accum / plain B=32 (micro-batch) "
         "| tfx-accum / Keras option |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
         *[
             f"| {SPEED_MODELS[s['model']]} | {'yes' if s['jit_compile'] else 'no'} "
             + "".join(
                 f"| {s['seconds_per_epoch_min'][m]:.3f} "
-                for m in ("tfx_accum", "plain_big", "plain_micro", "keras_option")
+                for m in ("tfx_accum", "plain_big", "plain_micro", "keras_option", "floor")
             )
-            + f"| {_ratio(s, 'plain_big')} | {_ratio(s, 'plain_micro')} "
+            + f"| {_ratio(s, 'plain_big')} | {_ratio(s, 'plain_big', 'floor')} "
+            f"| {_ratio(s, 'floor')} | {_ratio(s, 'plain_micro')} "
             f"| {_ratio(s, 'keras_option')} |"
             for s in speeds
         ],
