@@ -76,7 +76,12 @@ class MajorityClassLift(tfma.metrics.Metric):
     """
 
     def __init__(self, name: str = ACCURACY_LIFT):
-        super().__init__(metric_util.merge_per_key_computations(_majority_computations), name=name)
+        super().__init__(
+            metric_util.merge_per_key_computations(
+                _computations(_MajorityCombiner, MAJORITY_CLASS_SHARE)
+            ),
+            name=name,
+        )
 
 
 class SparseCategoricalAccuracy(tfma.metrics.Metric):
@@ -87,7 +92,9 @@ class SparseCategoricalAccuracy(tfma.metrics.Metric):
     """
 
     def __init__(self, name: str = ACCURACY):
-        super().__init__(metric_util.merge_per_key_computations(_accuracy_computations), name=name)
+        super().__init__(
+            metric_util.merge_per_key_computations(_computations(_AccuracyCombiner)), name=name
+        )
 
 
 class MeanPredictorLift(tfma.metrics.Metric):
@@ -99,67 +106,36 @@ class MeanPredictorLift(tfma.metrics.Metric):
     """
 
     def __init__(self, name: str = R_SQUARED):
-        super().__init__(metric_util.merge_per_key_computations(_mean_computations), name=name)
-
-
-def _majority_computations(
-    name: str = ACCURACY_LIFT,
-    eval_config: tfma.EvalConfig | None = None,
-    model_name: str = "",
-    output_name: str = "",
-    sub_key: metric_types.SubKey | None = None,
-    example_weighted: bool = False,
-) -> metric_types.MetricComputations:
-    keys = [
-        _key(n, model_name, output_name, sub_key, example_weighted)
-        for n in (name, MAJORITY_CLASS_SHARE)
-    ]
-    return [
-        metric_types.MetricComputation(
-            keys=keys,
-            preprocessors=None,
-            combiner=_MajorityCombiner(keys, eval_config, example_weighted),
+        super().__init__(
+            metric_util.merge_per_key_computations(
+                _computations(_MeanCombiner, MEAN_PREDICTOR_MSE)
+            ),
+            name=name,
         )
-    ]
 
 
-def _accuracy_computations(
-    name: str = ACCURACY,
-    eval_config: tfma.EvalConfig | None = None,
-    model_name: str = "",
-    output_name: str = "",
-    sub_key: metric_types.SubKey | None = None,
-    example_weighted: bool = False,
-) -> metric_types.MetricComputations:
-    key = _key(name, model_name, output_name, sub_key, example_weighted)
-    return [
-        metric_types.MetricComputation(
-            keys=[key],
-            preprocessors=None,
-            combiner=_AccuracyCombiner([key], eval_config, example_weighted),
-        )
-    ]
+def _computations(combiner_class: type, *extra: str):
+    """TFMA's ``create_computations_fn`` for ``combiner_class``: one computation writing
+    the metric's own value (under its name, for thresholds) and the ``extra`` values."""
 
+    def computations(
+        name: str,
+        eval_config: tfma.EvalConfig | None = None,
+        model_name: str = "",
+        output_name: str = "",
+        sub_key: metric_types.SubKey | None = None,
+        example_weighted: bool = False,
+    ) -> metric_types.MetricComputations:
+        keys = [_key(n, model_name, output_name, sub_key, example_weighted) for n in (name, *extra)]
+        return [
+            metric_types.MetricComputation(
+                keys=keys,
+                preprocessors=None,
+                combiner=combiner_class(keys, eval_config, example_weighted),
+            )
+        ]
 
-def _mean_computations(
-    name: str = R_SQUARED,
-    eval_config: tfma.EvalConfig | None = None,
-    model_name: str = "",
-    output_name: str = "",
-    sub_key: metric_types.SubKey | None = None,
-    example_weighted: bool = False,
-) -> metric_types.MetricComputations:
-    keys = [
-        _key(n, model_name, output_name, sub_key, example_weighted)
-        for n in (name, MEAN_PREDICTOR_MSE)
-    ]
-    return [
-        metric_types.MetricComputation(
-            keys=keys,
-            preprocessors=None,
-            combiner=_MeanCombiner(keys, eval_config, example_weighted),
-        )
-    ]
+    return computations
 
 
 class _Combiner(beam.CombineFn):

@@ -66,12 +66,6 @@ def _metric(trial, name: str) -> float | None:
     return None
 
 
-def _same_split(trial, other) -> bool:
-    """Whether two trials split their effective batch the same way (the same k and m)."""
-    mine, theirs = trial.hyperparameters.values, other.hyperparameters.values
-    return all(mine.get(n) == theirs.get(n) for n in (HP_ACCUMULATION_STEPS, HP_MICRO_BATCH_SIZE))
-
-
 def trial_record(trial) -> TrialRecord:
     """What :mod:`search_policy` needs of a Keras Tuner trial."""
     reused = _metric(trial, TRIAL_REUSED_FROM)
@@ -151,7 +145,7 @@ class AccumulationTunerMixin:
         source = self._finished_duplicate(trial)
         if source is None:
             return super().run_trial(trial, *args, **kwargs)
-        if _same_split(trial, source):
+        if trial_record(trial).split == trial_record(source).split:
             # The very same trial (Bayesian optimization proposes a point again): its
             # speed and memory are the source's too; nothing is trained or measured.
             speed = {

@@ -27,6 +27,7 @@ import importlib.metadata
 import os
 import shlex
 import sys
+from collections.abc import Sequence
 
 from tfx_accum.pipeline.errors import InputError
 
@@ -70,10 +71,13 @@ TFX_DEPENDENCY_OPTIONS = frozenset(
         "sdk_container_image",
     }
 )
+# Where TFX decides: a dependency option, or an explicit worker environment
+# (``--environment_type=DOCKER``...), which may install the package.
+LEFT_TO_TFX = TFX_DEPENDENCY_OPTIONS | {"environment_type"}
 DIRECT_RUNNERS = frozenset({"directrunner", "direct", "switchingdirectrunner"})
 
 
-def without_tfx_sdist(args: list[str]) -> list[str]:
+def without_tfx_sdist(args: Sequence[str]) -> list[str]:
     """``args``, plus Beam's own SDK image as ``--sdk_container_image`` where they select
     the DirectRunner and name no dependency option, so that TFX builds no sdist of itself.
 
@@ -89,9 +93,7 @@ def without_tfx_sdist(args: list[str]) -> list[str]:
         names.add("extra_packages" if name == "extra_package" else name)
         if name == "runner":
             runner = value.lower()
-    # An explicit worker environment (``--environment_type=DOCKER``...) may install the
-    # package: TFX's choice then.
-    if runner not in DIRECT_RUNNERS or names & (TFX_DEPENDENCY_OPTIONS | {"environment_type"}):
+    if runner not in DIRECT_RUNNERS or names & LEFT_TO_TFX:
         return list(args)
     return [*args, f"--sdk_container_image={beam_sdk_image()}"]
 

@@ -54,6 +54,9 @@ _CLASS_NAMES = {
     "mse": "MeanSquaredError",
     "mae": "MeanAbsoluteError",
 }
+# Where a class is not TFMA's own: accuracy is computed without TensorFlow (TFMA's wrapper
+# of the Keras metric traces TF functions in every Evaluator).
+_MODULES = {"accuracy": baseline_metrics.__name__}
 EXAMPLE_COUNT = "example_count"
 
 
@@ -121,10 +124,7 @@ def _metrics_specs(blessing: Blessing) -> list[tfma.MetricsSpec]:
 
 def _metric(name: str, blessing: Blessing) -> tfma.MetricConfig:
     """TFMA's metric for ``name``, with the blessing's threshold if it is the bless metric."""
-    if name == "accuracy":  # computed without TensorFlow (baseline_metrics.py)
-        config = baseline_metrics.metric_config(baseline_metrics.SparseCategoricalAccuracy)
-    else:
-        config = tfma.MetricConfig(class_name=_CLASS_NAMES[name])
+    config = tfma.MetricConfig(class_name=_CLASS_NAMES[name], module=_MODULES.get(name, ""))
     if name != blessing.metric:
         return config
     threshold = blessing.threshold

@@ -217,5 +217,5 @@ def create_pipeline(
         metadata_connection_config=(
             metadata.sqlite_metadata_connection_config(metadata_path) if metadata_path else None
         ),
-        beam_pipeline_args=without_tfx_sdist(list(beam_pipeline_args or pod_beam_args(1))),
+        beam_pipeline_args=without_tfx_sdist(beam_pipeline_args or pod_beam_args(1)),
     )

@@ -196,16 +196,12 @@ def write_trials(
     writer.writerows(
         sorted(rows, key=lambda r: sign * r["score"] if r.get("score") is not None else 1e300)
     )
-    text = table.getvalue()
+    data = table.getvalue().encode()
     # A cached re-run has the same trials: the files stay as they are (plotting costs
     # ~0.5 s). The PNG is written first and the CSV last, so an identical CSV means the
     # PNG beside it was drawn from the same trials.
-    if png_path.exists() and csv_path.exists() and csv_path.read_bytes() == text.encode():
+    if png_path.exists() and csv_path.exists() and csv_path.read_bytes() == data:
         return csv_path, png_path
-
-    def write_csv(tmp):
-        with open(tmp, "wb") as handle:
-            handle.write(text.encode())
 
     def write_png(tmp):
         import matplotlib
@@ -260,5 +256,5 @@ def write_trials(
         plt.close(fig)
 
     atomic_write(png_path, write_png)
-    atomic_write(csv_path, write_csv)
+    atomic_write(csv_path, lambda tmp: Path(tmp).write_bytes(data))
     return csv_path, png_path
