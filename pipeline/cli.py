@@ -36,6 +36,7 @@ from tfx_accum.pipeline.arguments import FIXED, SPACE, AutoTrainSteps, check_com
 from tfx_accum.pipeline.config import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_UNBLESSED  # noqa: E402
 from tfx_accum.pipeline.data import DATA_FORMATS, EMBEDDED  # noqa: E402
 from tfx_accum.pipeline.errors import InputError  # noqa: E402
+from tfx_accum.pipeline.temp_dir import command_temp_dir  # noqa: E402
 
 
 def _int_list(text: str) -> tuple[int, ...]:
@@ -376,9 +377,11 @@ def entry(argv: Sequence[str] | None = None) -> None:
     graphs of every trial model, Keras Tuner's objects, TF's thread pools) took 15-20 s
     after the summary was printed. By then every output is written and closed (ML Metadata
     commits each write, the log's descriptors are restored), so the process flushes its
-    streams and ends at once.
+    streams and ends at once. Its temporary files, whose ``atexit`` clean-up that exit skips,
+    go to one directory removed before it (:mod:`tfx_accum.pipeline.temp_dir`).
     """
-    code = main(argv)
+    with command_temp_dir():
+        code = main(argv)
     logging.shutdown()
     for stream in (sys.stdout, sys.stderr):
         stream.flush()

@@ -24,7 +24,12 @@ def first_run(tmp_path_factory):
     from pipeline_runs import SMALL, run_cli
 
     out = tmp_path_factory.mktemp("e2e") / "out"
-    proc, seconds = run_cli("--output-dir", str(out), *SMALL)
+    # The run's own temporary directory, beside its outputs: the e2e tests check that the
+    # run leaves it empty.
+    (out.parent / "tmp").mkdir()
+    proc, seconds = run_cli(
+        "--output-dir", str(out), *SMALL, env={"TMPDIR": str(out.parent / "tmp")}
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     assert proc.stderr == "", proc.stderr[-3000:]  # nothing but our lines, all on stdout
     return out, proc.stdout, seconds

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -185,3 +186,47 @@ def test_train_steps_do_not_invalidate_the_tuners_cache():
         return {k: str(v) for k, v in tuner.exec_properties.items()}
 
     assert tuner_properties(100) == tuner_properties(5000)
+
+
+# A command whose libraries leave temporary files the way TensorFlow's AutoGraph does (a
+# file deleted by an atexit handler, which the command's os._exit skips) and the way Beam's
+# workers and the search's workers could (a child process's file).
+LEAVES_TEMPORARY_FILES = """
+import atexit, os, subprocess, sys, tempfile
+from tfx_accum.pipeline import cli
+
+def main(argv):
+    with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as handle:
+        handle.write("pass")
+    atexit.register(os.remove, handle.name)
+    tempfile.mkdtemp(prefix="beam-temp")
+    subprocess.run([sys.executable, "-c", "import tempfile; tempfile.mkstemp()"], check=True)
+    return 3
+
+cli.main = main
+cli.entry([])
+"""
+
+
+def test_a_command_leaves_nothing_in_the_temporary_directory(tmp_path):
+    user_tmp = tmp_path / "tmp"
+    user_tmp.mkdir()
+    proc = subprocess.run(
+        [sys.executable, "-c", LEAVES_TEMPORARY_FILES],
+        env={**os.environ, "TMPDIR": str(user_tmp)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 3, proc.stderr  # the command's own exit code, unchanged
+    assert sorted(p.name for p in user_tmp.iterdir()) == []
+
+
+def test_a_command_runs_where_its_temporary_directory_cannot_be_made(tmp_path, monkeypatch):
+    import tempfile
+
+    from tfx_accum.pipeline.temp_dir import command_temp_dir
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "missing"))
+    with command_temp_dir() as path:
+        assert path == str(tmp_path / "missing")

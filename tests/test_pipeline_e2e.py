@@ -98,6 +98,14 @@ def execution_dirs(pipeline_root: Path) -> set[Path]:
     return {path for path in pipeline_root.glob("*/*/*") if path.name.isdigit()}
 
 
+def test_a_run_leaves_nothing_in_the_temporary_directory(first_run):
+    """AutoGraph's generated sources (deleted at exit by atexit, which the command's
+    os._exit skips) and Beam's staging directories go to the run's own directory, removed
+    before the exit (pipeline/temp_dir.py)."""
+    out, _, _ = first_run
+    assert sorted(p.name for p in (out.parent / "tmp").iterdir()) == []
+
+
 def test_second_run_is_served_from_cache(first_run):
     out, _, _ = first_run
     before = execution_dirs(out / "pipeline")
