@@ -139,7 +139,10 @@ def profile(repeats: int = 20) -> dict:
     passes without adding their gradients (the cost of smaller matrix products: each
     micro-batch writes a whole weight gradient); the k-1 accumulator adds alone; and the
     whole accumulated gradient (loop, per-micro-batch loss split and adds) as
-    GradientAccumulationModel computes it. Returns milliseconds per step.
+    GradientAccumulationModel computes it. Then the Dense layers' three matrix products
+    alone (forward, input gradient, weight gradient), 128 rows once against 32 rows 4
+    times: the same arithmetic, which the CPU's matrix kernels do not do at the same speed
+    when it is split. Returns milliseconds per step.
     """
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import tensorflow as tf
@@ -194,14 +197,48 @@ def profile(repeats: int = 20) -> dict:
             total = [a + b for a, b in zip(total, gradient(*part(j)))]
         return total
 
+    # The Dense layers' matrix products alone, outside Keras (no loss, activations or
+    # bias): the forward x @ W, the input gradient dy @ W^T and the weight gradient
+    # x^T @ dy, for 128 rows once or for 32 rows 4 times: the same arithmetic, split as
+    # accumulation splits it.
+    kernels = [w for w in weights if len(w.shape) == 2]
+    products = {
+        "forward_x_W": lambda x, dy, w: tf.linalg.matmul(x, w),
+        "input_gradient_dy_Wt": lambda x, dy, w: tf.linalg.matmul(dy, w, transpose_b=True),
+        "weight_gradient_xt_dy": lambda x, dy, w: tf.linalg.matmul(x, dy, transpose_a=True),
+    }
+
+    def operands(rows):
+        return [
+            (
+                tf.constant(rng.normal(size=(rows, w.shape[0])).astype("float32")),
+                tf.constant(rng.normal(size=(rows, w.shape[1])).astype("float32")),
+                tf.convert_to_tensor(w),
+            )
+            for w in kernels
+        ]
+
+    whole, split = operands(batch), [operands(MICRO) for _ in range(STEPS)]
+
+    def product_pieces(product):
+        @tf.function
+        def rows_once():
+            return [product(*layer) for layer in whole]
+
+        @tf.function
+        def rows_split():
+            return [product(*layer) for part in split for layer in part]
+
+        return rows_once, rows_split
+
     pieces = {
         "big_batch_forward_backward": big_batch,
         "micro_batches_forward_backward_no_adds": micro_batches_no_adds,
         "accumulator_adds_only": adds_only,
         "micro_batches_with_adds_unrolled": micro_batches_with_adds,
     }
-    result = {}
-    for name, function in pieces.items():
+
+    def best_ms(function) -> float:
         function()
         function()
         best = float("inf")
@@ -210,8 +247,23 @@ def profile(repeats: int = 20) -> dict:
             for _ in range(repeats):
                 function()
             best = min(best, (time.process_time() - start) / repeats)
-        result[name] = best * 1000.0
-    return {"model": "dense", "batch": batch, "steps": STEPS, "milliseconds": result}
+        return best * 1000.0
+
+    result = {name: best_ms(function) for name, function in pieces.items()}
+    matrix_products = {}
+    for name, product in products.items():
+        rows_once, rows_split = product_pieces(product)
+        matrix_products[name] = {
+            f"{batch}_rows_once": best_ms(rows_once),
+            f"{MICRO}_rows_{STEPS}_times": best_ms(rows_split),
+        }
+    return {
+        "model": "dense",
+        "batch": batch,
+        "steps": STEPS,
+        "milliseconds": result,
+        "matrix_products_milliseconds": matrix_products,
+    }
 
 
 if __name__ == "__main__":
