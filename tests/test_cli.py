@@ -6,6 +6,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ from tfx_accum.components.settings import Hyperparameters, ModelSettings
 from tfx_accum.pipeline.arguments import fixed_hyperparameters
 from tfx_accum.pipeline.cli import build_parser, main
 from tfx_accum.pipeline.options_table import options_markdown
+from tfx_accum.pipeline.temp_dir import command_temp_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -223,10 +225,6 @@ def test_a_command_leaves_nothing_in_the_temporary_directory(tmp_path):
 
 
 def test_a_command_runs_where_its_temporary_directory_cannot_be_made(tmp_path, monkeypatch):
-    import tempfile
-
-    from tfx_accum.pipeline.temp_dir import command_temp_dir
-
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "missing"))
     with command_temp_dir() as path:
         assert path == str(tmp_path / "missing")

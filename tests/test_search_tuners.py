@@ -31,18 +31,25 @@ class _OutOfMemoryAbove32(AccumulationHyperModel):
             del model.fit
 
 
+def _searched(tmp_path, hypermodel_class=AccumulationHyperModel, **space_options):
+    """The tuner after a search of ``SearchSpace(**space_options)`` on the tiny splits' MLP,
+    each trial ``tuning_epochs`` long."""
+    space = SearchSpace(**space_options)
+    tuner = make_tuner(space, hypermodel_class(space, tiny_splits(), "mlp"), str(tmp_path))
+    tuner.search(epochs=space.tuning_epochs)
+    return tuner
+
+
 def _search(tmp_path, micro_choices, trials):
-    space = SearchSpace(
+    return _searched(
+        tmp_path,
+        _OutOfMemoryAbove32,
         accumulation_steps_choices=(1, 2),
         micro_batch_choices=micro_choices,
         algorithm="random",
         max_trials=trials,
         tuning_epochs=1,
     )
-    hypermodel = _OutOfMemoryAbove32(space, tiny_splits(), "mlp")
-    tuner = make_tuner(space, hypermodel, str(tmp_path))
-    tuner.search(epochs=1)
-    return tuner
 
 
 def test_out_of_memory_trials_are_failed_and_the_search_goes_on(tmp_path, capsys):
@@ -71,7 +78,8 @@ def test_search_fails_only_when_every_trial_fails(tmp_path):
 @pytest.mark.parametrize("algorithm", ["random", "bayesian", "hyperband"])
 def test_max_effective_batch_shapes_the_proposals(algorithm, tmp_path):
     """Combinations above the limit are never proposed, so no trial fails for it."""
-    space = SearchSpace(
+    tuner = _searched(
+        tmp_path,
         accumulation_steps_choices=(1, 4),
         micro_batch_choices=(8, 16),
         algorithm=algorithm,
@@ -79,8 +87,6 @@ def test_max_effective_batch_shapes_the_proposals(algorithm, tmp_path):
         tuning_epochs=2,
         max_effective_batch=16,
     )
-    tuner = make_tuner(space, AccumulationHyperModel(space, tiny_splits(), "mlp"), str(tmp_path))
-    tuner.search(epochs=2)
     trials = list(tuner.oracle.trials.values())
     assert trials
     for trial in trials:
@@ -138,15 +144,14 @@ def test_one_traced_step_serves_the_whole_default_search(tmp_path):
 def test_trials_write_checkpoints_only_where_hyperband_reads_them(algorithm, tmp_path):
     """Random and Bayesian trials train without Keras Tuner's best-epoch checkpoint (TFX's
     Tuner never loads a trial's model); Hyperband's continued trials start from one."""
-    space = SearchSpace(
+    tuner = _searched(
+        tmp_path,
         accumulation_steps_choices=(1, 2),
         micro_batch_choices=(8, 16),
         algorithm=algorithm,
         max_trials=3,
         tuning_epochs=2,
     )
-    tuner = make_tuner(space, AccumulationHyperModel(space, tiny_splits(), "mlp"), str(tmp_path))
-    tuner.search(epochs=2)
     completed = [t for t in tuner.oracle.trials.values() if t.status == "COMPLETED"]
     assert completed and all(t.score is not None for t in completed)
     checkpoints = list(tmp_path.rglob("checkpoint*.h5"))
@@ -156,12 +161,14 @@ def test_trials_write_checkpoints_only_where_hyperband_reads_them(algorithm, tmp
 def test_an_identical_trial_reuses_score_speed_and_memory_without_training(tmp_path):
     """Bayesian optimization may propose a finished point again: the same k, m and
     learning rate train the same model at the same speed, so nothing runs."""
-    space = SearchSpace(
-        accumulation_steps_choices=(2,), micro_batch_choices=(8,), max_trials=1, tuning_epochs=1
+    tuner = _searched(
+        tmp_path,
+        accumulation_steps_choices=(2,),
+        micro_batch_choices=(8,),
+        max_trials=1,
+        tuning_epochs=1,
     )
-    hypermodel = AccumulationHyperModel(space, tiny_splits(), "mlp")
-    tuner = make_tuner(space, hypermodel, str(tmp_path))
-    tuner.search(epochs=1)
+    hypermodel = tuner.hypermodel
     (source,) = tuner.oracle.trials.values()
 
     def no_training(*args, **kwargs):
