@@ -8,6 +8,11 @@ Runs, each as its own ``tfx-accum run`` process on the embedded digits:
 4. the floor: the same work done plainly in one Python process (``bench/plain_search.py``:
    the digits, an 8-trial Keras Tuner search over the same space and budget with the same GA
    model, then fit, evaluate, export), so that pipeline / plain is measured in the same run;
+5. the cached re-run's floor: a process that only imports TFX's own local runner
+   (``tfx.orchestration.local.local_dag_runner``), which any run must import before TFX's
+   cache can be asked, and one that only imports TensorFlow, each timed three times
+   alternately with two more cached re-runs, so that cached re-run / import is a ratio of
+   the same minutes;
 
 and reports each one's wall time (process start to exit), the time from the summary's
 last line to the process's exit, and the per-component times the run printed; with
@@ -65,6 +70,38 @@ def plain_run(trials: int = 8) -> dict:
         "eval_accuracy": result["eval_accuracy"],
         "trials": result["trials"],
     }
+
+
+IMPORT_FLOORS = {
+    "TFX's local runner": "tfx.orchestration.local.local_dag_runner",
+    "TensorFlow": "tensorflow",
+}
+
+
+def import_wall_s(module: str) -> float:
+    """Wall time of a fresh interpreter that imports MODULE and exits.
+
+    It exits with ``os._exit``, as ``tfx-accum run`` does, so that the interpreter's
+    teardown (1-3 s after TensorFlow) is not counted as import.
+    """
+    start = time.monotonic()
+    code = f"import {module}, os; os._exit(0)"
+    subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
+    return time.monotonic() - start
+
+
+def cached_floor(cached_args: list[str], rounds: int = 3) -> dict:
+    """Medians of ROUNDS alternating cached re-runs and bare imports (``IMPORT_FLOORS``).
+
+    Alternating puts each ratio's two sides in the same minutes of a noisy machine.
+    """
+    walls: dict[str, list[float]] = {"cached re-run": []}
+    walls.update({name: [] for name in IMPORT_FLOORS})
+    for _ in range(rounds):
+        walls["cached re-run"].append(timed_run(cached_args)["wall_s"])
+        for name, module in IMPORT_FLOORS.items():
+            walls[name].append(import_wall_s(module))
+    return {name: {"median_s": sorted(w)[len(w) // 2], "runs_s": w} for name, w in walls.items()}
 
 
 def timed_run(args: list[str], env: dict | None = None) -> dict:
@@ -170,6 +207,18 @@ def to_markdown(result: dict) -> str:
             f"Pipeline / plain: **{default['wall_s'] / plain['wall_s']:.2f}x** wall, "
             f"**{default['cpu_s'] / plain['cpu_s']:.2f}x** CPU.",
         ]
+    floor = result.get("cached_floor")
+    if floor:
+        cached = floor["cached re-run"]["median_s"]
+        runner = floor["TFX's local runner"]["median_s"]
+        lines += [
+            "",
+            f"The cached re-run's floor (medians of 3, alternating): the cached re-run "
+            f"**{cached:.1f} s**; a process that only imports TFX's local runner "
+            f"(`import tfx.orchestration.local.local_dag_runner`) **{runner:.1f} s**; one "
+            f"that only imports TensorFlow {floor['TensorFlow']['median_s']:.1f} s. "
+            f"Cached re-run / runner import: **{cached / runner:.2f}x**.",
+        ]
     if result.get("setup_s") is not None:
         lines.append("")
         lines.append(
@@ -214,9 +263,12 @@ def main(argv: list[str] | None = None) -> int:
         runs["--no-tune"] = timed_run(["--output-dir", str(work / "no-tune"), "--no-tune"])
         print("[bench] the same work plainly in one process ...", flush=True)
         plain = plain_run()
+        print("[bench] cached re-runs against bare imports ...", flush=True)
+        floor = cached_floor(["--output-dir", str(work / "default")])
         result = {
             "runs": runs,
             "plain": plain,
+            "cached_floor": floor,
             "setup_s": setup_time() if args.setup else None,
         }
     finally:
