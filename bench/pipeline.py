@@ -11,8 +11,8 @@ Runs, each as its own ``tfx-accum run`` process on the embedded digits:
 5. the cached re-run's floor: a process that only imports TFX's own local runner
    (``tfx.orchestration.local.local_dag_runner``), which any run must import before TFX's
    cache can be asked, and one that only imports TensorFlow, each timed three times
-   alternately with two more cached re-runs, so that cached re-run / import is a ratio of
-   the same minutes;
+   alternately with three more cached re-runs, so that cached re-run / import is a ratio
+   of the same minutes;
 
 and reports each one's wall time (process start to exit), the time from the summary's
 last line to the process's exit, and the per-component times the run printed; with
@@ -30,6 +30,7 @@ import os
 import re
 import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -101,7 +102,7 @@ def cached_floor(cached_args: list[str], rounds: int = 3) -> dict:
         walls["cached re-run"].append(timed_run(cached_args)["wall_s"])
         for name, module in IMPORT_FLOORS.items():
             walls[name].append(import_wall_s(module))
-    return {name: {"median_s": sorted(w)[len(w) // 2], "runs_s": w} for name, w in walls.items()}
+    return {name: {"median_s": statistics.median(w), "runs_s": w} for name, w in walls.items()}
 
 
 def timed_run(args: list[str], env: dict | None = None) -> dict:
@@ -211,9 +212,10 @@ def to_markdown(result: dict) -> str:
     if floor:
         cached = floor["cached re-run"]["median_s"]
         runner = floor["TFX's local runner"]["median_s"]
+        rounds = len(floor["cached re-run"]["runs_s"])
         lines += [
             "",
-            f"The cached re-run's floor (medians of 3, alternating): the cached re-run "
+            f"The cached re-run's floor (medians of {rounds}, alternating): the cached re-run "
             f"**{cached:.1f} s**; a process that only imports TFX's local runner "
             f"(`import tfx.orchestration.local.local_dag_runner`) **{runner:.1f} s**; one "
             f"that only imports TensorFlow {floor['TensorFlow']['median_s']:.1f} s. "
