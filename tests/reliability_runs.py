@@ -67,7 +67,8 @@ class Run:
     """A ``tfx-accum run`` in its own process group, read line by line as it goes.
 
     ``sigint_ignored``: start it as a shell starts a background job (``tfx-accum run &`` in
-    a script): with SIGINT ignored. ``umask``: the process's umask.
+    a script): with SIGINT ignored. ``umask``: the process's umask. ``env``: variables set
+    on top of this process's environment.
     """
 
     def __init__(
@@ -77,6 +78,7 @@ class Run:
         *,
         sigint_ignored: bool = False,
         umask: int | None = None,
+        env: dict[str, str] | None = None,
     ):
         self.proc = subprocess.Popen(
             [*CLI, "--output-dir", str(out), *args],
@@ -86,6 +88,7 @@ class Run:
             bufsize=1,
             start_new_session=True,
             preexec_fn=_child_setup(signal.SIG_IGN if sigint_ignored else signal.SIG_DFL, umask),
+            env={**os.environ, **(env or {})},
         )
         self.lines: list[str] = []
 

@@ -82,9 +82,13 @@ def test_ctrl_c_in_the_trainer_exits_130_with_one_line_and_resumes(uninterrupted
 
 
 def test_sigterm_to_the_run_in_the_trainer_stops_it_as_ctrl_c_does(uninterrupted, tmp_path):
-    """SIGTERM (what Kubernetes and process managers send) to the run's process alone."""
-    out = tmp_path / "sigterm-trainer"
-    run = Run(out, NO_TUNE)
+    """SIGTERM (what Kubernetes and process managers send) to the run's process alone. The
+    stopped run also removes its temporary files (pipeline/temp_dir.py): AutoGraph's
+    generated sources of the Trainer's step, which its atexit handler would delete, are
+    left otherwise."""
+    out, user_tmp = tmp_path / "sigterm-trainer", tmp_path / "tmp"
+    user_tmp.mkdir()
+    run = Run(out, NO_TUNE, env={"TMPDIR": str(user_tmp)})
     run.wait_for(r"^\[trainer\] \d+/160 updates \(50%\)")
     run.signal_process(signal.SIGTERM)
     code, stdout, stderr = run.finish()
@@ -93,6 +97,7 @@ def test_sigterm_to_the_run_in_the_trainer_stops_it_as_ctrl_c_does(uninterrupted
     assert last.startswith("[tfx-accum] interrupted: Trainer stopped by SIGTERM and marked"), last
     assert "Traceback" not in stdout + stderr
     assert execution_states(out)["Trainer"] == CANCELED
+    assert sorted(p.name for p in user_tmp.iterdir()) == []
 
     rerun = run_to_end(out, NO_TUNE)
     assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
