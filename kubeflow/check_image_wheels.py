@@ -92,10 +92,14 @@ PROJECT = "tfx-accum"
 
 def _commands(text: str) -> tuple[set[str], dict[str, list[list[str]]]]:
     """``(built, commands)``: names built in the builder stage, pip commands per variant."""
-    runs = [i.arguments for stage in dockerfile.parse(text) for i in stage.all("RUN")]
+    stages = dockerfile.parse(text)
+    final = stages[-1]
+    # (the stage's RUN line, whether it is the image's): the builder stages' own `pip install`
+    # lines (their pinned build tools) install nothing into the image.
+    runs = [(i.arguments, stage is final) for stage in stages for i in stage.all("RUN")]
     built: set[str] = set()
     per_variant: dict[str, list[list[str]]] = {v: [] for v in VARIANTS}
-    for run in runs:
+    for run, in_image in runs:
         common, branches = run, {}
         case = re.search(r'case\s+"\$ACCELERATOR"\s+in(.*?)esac', run, re.S)
         if case:
@@ -108,7 +112,7 @@ def _commands(text: str) -> tuple[set[str], dict[str, list[list[str]]]]:
                 for words in dockerfile.shell_commands(part):
                     if words[:4] == ["python", "-m", "pip", "wheel"]:
                         built.update(_wheel_names(words[4:]))
-                    elif words[:3] == ["python", "-m", "pip"] and words[3:4] in (
+                    elif in_image and words[:3] == ["python", "-m", "pip"] and words[3:4] in (
                         ["install"],
                         ["uninstall"],
                     ):

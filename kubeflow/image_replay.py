@@ -11,7 +11,8 @@ directory that stands for each stage's file system:
   absolute path the Dockerfile creates (``/wheels``, ``/src``, the ``WORKDIR``...) moved
   under the stage's directory;
 - ``python`` is a fresh virtual environment of the base interpreter (no system
-  site-packages): in the builder stage with pip (``pip wheel``), in the final stage empty,
+  site-packages) and pip's cache a fresh, empty directory, as in a docker build: in the
+  builder stage with pip (``pip wheel``), in the final stage empty,
   where ``python -m pip install`` and ``uninstall`` run as ``uv pip`` with the same
   arguments when ``uv`` is present (the same resolution from the same indexes, much faster;
   pip's default ``--compile`` becomes ``--compile-bytecode``), else as pip;
@@ -294,7 +295,10 @@ class Replay:
         env = {k: v for k, v in os.environ.items() if k not in _HOST_ONLY}
         env.update(stage.args)
         env.update(stage.env)
-        env.pop("PIP_NO_CACHE_DIR", None)  # the replay may use the cache: same wheels, faster
+        # A docker build starts every stage with an empty pip cache: so does the replay, so
+        # that a sdist that only builds from a warm cache (#36) fails here as it would there.
+        # (The final stage's installs are binary-only; uv's cache only saves downloads.)
+        env["PIP_CACHE_DIR"] = str(stage.home / "pip-cache")
         env["PATH"] = f"{shims}{os.pathsep}{env.get('PATH', '')}"
         cwd = stage.host(stage.workdir)
         cwd.mkdir(parents=True, exist_ok=True)

@@ -53,11 +53,12 @@ def test_the_old_image_would_have_failed_the_check():
 # The layout of the image before issue #19 (commit f5406ed): the project installed from
 # sources copied into the WORKDIR, which `python -m` and `python -c` put first on sys.path.
 # (Its install line gains --no-compile here, to spare the test the bytecode: the failure
-# does not depend on it.)
+# does not depend on it; its builder gains the pinned build tools of #36.)
 OLD_LAYOUT = """
 FROM python:3.10-slim-bookworm AS builder
+RUN python -m pip install --no-cache-dir "pip==24.3.1" "setuptools==75.3.0" "wheel==0.45.1"
 COPY constraints.txt /tmp/constraints.txt
-RUN python -m pip wheel --no-deps -c /tmp/constraints.txt -w /wheels \\
+RUN python -m pip wheel --no-deps --no-build-isolation -c /tmp/constraints.txt -w /wheels \\
       pyfarmhash google-apitools kfp kfp-server-api rouge-score
 FROM python:3.10-slim-bookworm
 ARG ACCELERATOR=gpu
@@ -146,3 +147,36 @@ def test_the_old_layout_shadows_the_installed_package(tmp_path):
     old.write_text(OLD_LAYOUT)
     with pytest.raises(ReplayError, match="No module named 'tfx_accum.components'"):
         replay(old, DOCKERFILE.parents[1], tmp_path / "replay", variant="cpu")
+
+
+# The builder stage before #36: the base image's own pip (23.0.1) and no `wheel`, which built
+# rouge-score's sdist (no pyproject.toml) only when a warm pip cache already held its wheel.
+OLD_BUILDER = """
+FROM python:3.10-slim-bookworm AS builder
+COPY constraints.txt /src/constraints.txt
+RUN python -m pip wheel --no-deps -c /src/constraints.txt -w /wheels rouge-score
+FROM python:3.10-slim-bookworm
+"""
+
+
+def test_the_replay_builds_from_an_empty_pip_cache_as_docker_does(tmp_path):
+    """Each replayed stage gets a pip cache of its own, empty, whatever this machine's holds:
+    the builder before #36 fails here as on a fresh docker builder, and a stage's RUN lines
+    see that cache (the real builder's success from it is the `image` fixture's)."""
+    from tfx_accum.kubeflow.image_replay import ReplayError, replay
+
+    old = tmp_path / "Dockerfile"
+    old.write_text(OLD_BUILDER)
+    with pytest.raises(ReplayError, match="rouge-score"):
+        replay(old, DOCKERFILE.parents[1], tmp_path / "old", variant="cpu")
+
+    probe = tmp_path / "Dockerfile.probe"
+    probe.write_text(
+        "FROM python:3.10-slim-bookworm AS builder\nWORKDIR /out\n"
+        "RUN python -m pip cache dir > cache && (ls -A \"$(cat cache)\" || true) | wc -l > entries\n"
+        "FROM python:3.10-slim-bookworm\n"
+    )
+    image = replay(probe, DOCKERFILE.parents[1], tmp_path / "probe", variant="cpu")
+    out = image.stage_roots["builder"] / "out"
+    assert Path((out / "cache").read_text().strip()).is_relative_to(tmp_path / "probe")
+    assert (out / "entries").read_text().strip() == "0"
