@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -368,6 +369,12 @@ def functional_variant(cls: type) -> type:
 # ------------------------------------------------------------------ self-check
 
 _SELF_CHECKED = False
+_SELF_CHECK_LOCK = threading.Lock()
+# What the probe compares, named in its errors: a misfire must say what it measured.
+_PROBE = (
+    "tfx-accum's self-check (once per process, outside any tf.distribute strategy: a loss "
+    "on 7 samples against the same loss split over micro-batches of 2 and 5)"
+)
 
 
 def _tested_range() -> str:
@@ -381,16 +388,37 @@ def _tested_range() -> str:
                 return ",".join(sorted(name[len("keras") :].split(","), reverse=True))
     except Exception:  # noqa: BLE001 - a missing distribution only changes the message
         pass
-    return " in the range pyproject.toml names"
+    return ""
 
 
 def _unsupported(problem: str) -> RuntimeError:
+    """The error for a Keras whose internals differ from those the accumulation mirrors.
+
+    Only a Keras outside the tested range is blamed; inside it, the mismatch is this
+    package's fault, and the message says where to report it.
+    """
     import keras
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
     wanted = _tested_range()
+    try:
+        tested = bool(wanted) and keras.__version__ in SpecifierSet(wanted)
+    except InvalidSpecifier:
+        tested = False
+    if tested:
+        advice = (
+            f"this Keras is in the tested range ({wanted}), so this is a tfx-accum fault, "
+            f"not your Keras's: please report this whole message in a tfx-accum issue"
+        )
+    else:
+        advice = (
+            f"install a Keras the tests prove (pip install 'keras{wanted}')"
+            if wanted
+            else "install a Keras in the range tfx-accum's pyproject.toml names"
+        )
     return RuntimeError(
         f"tfx-accum: Keras {keras.__version__} {problem}, so gradient accumulation would "
-        f"not be exact; install a Keras the tests prove (pip install 'keras{wanted}')."
+        f"not be exact; {advice}."
     )
 
 
@@ -419,13 +447,42 @@ def self_check() -> None:
     uneven micro-batches and recombined; the result must equal Keras's own loss on the
     whole batch. A Keras whose internals changed fails here, loudly, instead of training
     inexactly. Raises ``RuntimeError`` naming the Keras version and the tested range.
+
+    The probe runs in a thread of its own, whatever the caller's context: ``fit`` calls
+    this inside its strategy's scope, where ``Loss.__call__`` divides every loss by the
+    number of replicas (``scale_loss_for_distribution``), and TensorFlow's strategy and
+    graph stacks are per thread. Its answer is the same whatever ran before it (#34).
     """
     global _SELF_CHECKED
     if _SELF_CHECKED:
         return
+    with _SELF_CHECK_LOCK:
+        if _SELF_CHECKED:
+            return
+        failure: list[BaseException] = []
+
+        def probe() -> None:
+            try:
+                with tf.init_scope():  # eager, whatever the thread's default graph
+                    _probe_loss_reductions()
+            except BaseException as error:  # noqa: BLE001 - re-raised in the caller's thread
+                failure.append(error)
+
+        thread = threading.Thread(target=probe, name="tfx-accum-self-check")
+        thread.start()
+        thread.join()
+        if failure:
+            raise failure[0]
+        _SELF_CHECKED = True
+
+
+def _probe_loss_reductions() -> None:
+    """The comparisons of :func:`self_check`, in the calling thread's context."""
     import numpy as np
     from keras import losses
 
+    if tf.distribute.has_strategy():  # the caller's duty; a scaled loss would misfire
+        raise AssertionError("the loss probe must run outside any distribution strategy")
     for helper in ("apply_mask", "squeeze_or_expand_to_same_rank", "standardize_reduction"):
         if not hasattr(_loss_lib, helper):
             raise _unsupported(f"has no keras.src.losses.loss.{helper}")
@@ -476,16 +533,15 @@ def self_check() -> None:
         if any(t.kind != kind for t in terms):
             raise _unsupported(
                 f"reduces {loss.name} (reduction={loss.reduction!r}) as "
-                f"{terms[0].kind!r}, not {kind!r}"
+                f"{terms[0].kind!r}, not {kind!r}, in {_PROBE}"
             )
         ours = _whole_batch_value(terms, n)
         if not np.isclose(ours, keras_value, rtol=1e-5, atol=1e-6):
             raise _unsupported(
                 f"computes {loss.name} (reduction={loss.reduction!r}, sample weights "
                 f"{sw is not None}, mask {valid is not None}) as {keras_value!r}, where its "
-                f"split over micro-batches gives {ours!r}"
+                f"split over micro-batches gives {ours!r}, in {_PROBE}"
             )
-    _SELF_CHECKED = True
 
 
 def check_compiled(model: Any) -> None:

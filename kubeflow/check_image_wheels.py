@@ -112,9 +112,9 @@ def _commands(text: str) -> tuple[set[str], dict[str, list[list[str]]]]:
                 for words in dockerfile.shell_commands(part):
                     if words[:4] == ["python", "-m", "pip", "wheel"]:
                         built.update(_wheel_names(words[4:]))
-                    elif in_image and words[:3] == ["python", "-m", "pip"] and words[3:4] in (
-                        ["install"],
-                        ["uninstall"],
+                    elif in_image and words[:4] in (
+                        ["python", "-m", "pip", "install"],
+                        ["python", "-m", "pip", "uninstall"],
                     ):
                         per_variant[variant].append(words[3:])
     return {canonicalize_name(n) for n in built}, per_variant

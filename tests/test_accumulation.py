@@ -351,6 +351,34 @@ def test_mirrored_strategy_two_replicas_is_exact():
         assert result["slots"] < tol, (name, result)
 
 
+@pytest.mark.e2e
+@pytest.mark.parametrize("replicas", [2, 3])
+def test_a_fresh_process_fits_inside_a_mirrored_scope_exactly(replicas):
+    """#34: built, compiled and fit inside the scope, in a process where nothing ran before
+    (the Keras self-check once misfired there: Keras scales losses inside a strategy's
+    scope). GA equals plain Keras under the same strategy on whole batches, and the large
+    batch on one device with an uneven last batch and sample weights, for k = 4, 3 and 1."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    worker = Path(__file__).with_name("fresh_mirrored_worker.py")
+    proc = subprocess.run(
+        [sys.executable, str(worker), str(replicas)], capture_output=True, text=True, timeout=600
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert "error" not in results, results["error"]
+    assert results.pop("replicas") == replicas
+    results.pop("plain_mirrored_uneven_vs_one_device")  # Keras's own, for the record
+    assert len(results) == 4
+    for name, result in results.items():
+        assert result["iterations"][0] == result["iterations"][1], (name, result)
+        for key in ("weights", "slots", "logs"):
+            assert result[key] < 1e-5, (name, key, result)
+
+
 @pytest.mark.parametrize("jit_compile", [False, True])
 def test_static_batch_shapes_use_fixed_micro_batches(jit_compile):
     # drop_remainder=True gives a static batch dimension (as on TPU): k fixed-size slices.

@@ -477,9 +477,20 @@ def test_self_check_fails_loudly_on_a_keras_that_reduces_differently(monkeypatch
     model.compile(optimizer="sgd", loss="sparse_categorical_crossentropy")
     x, y, _ = classification_data(n=8)
     before = model.get_weights()
-    with pytest.raises(RuntimeError, match=rf"Keras {keras.__version__} .*not be exact.*keras>="):
+    # The installed Keras is the tested one: the message blames tfx-accum, not the user's Keras,
+    # and says what was compared.
+    with pytest.raises(RuntimeError) as raised:
         model.fit(x, y, batch_size=8, epochs=1, verbose=0)
+    message = str(raised.value)
+    assert message.startswith(f"tfx-accum: Keras {keras.__version__} computes mean_squared_error")
+    assert "not be exact" in message and "micro-batches of 2 and 5" in message
+    assert "outside any tf.distribute strategy" in message and "\n" not in message
+    assert "tfx-accum fault" in message and "pip install" not in message
     assert max_abs_diff(before, model.get_weights()) == 0.0
+    # A Keras outside the tested range is told which one to install.
+    monkeypatch.setattr(keras, "__version__", "3.99.0")
+    with pytest.raises(RuntimeError, match=r"Keras 3\.99\.0 .*pip install 'keras>=3\.8,<3\.13'"):
+        model.fit(x, y, batch_size=8, epochs=1, verbose=0)
 
 
 # ------------------------------------------------------------- one trace, every k
