@@ -132,6 +132,17 @@ def tpu_present() -> bool:
     return _tpu_present()
 
 
+def local_gpus() -> list[str]:
+    """This process's GPUs, as ``MirroredStrategy`` names its devices (``/gpu:0``, ...).
+
+    The one place the Trainer's and the Tuner's strategy learns them: a test of a several-GPU
+    node stands logical CPU devices in for them here (tests/mirrored_executor.py).
+    """
+    import tensorflow as tf
+
+    return [f"/gpu:{i}" for i in range(len(tf.config.list_physical_devices("GPU")))]
+
+
 def choose_strategy():
     """The ``tf.distribute`` strategy for the devices this process sees (a pod, a laptop)."""
     import tensorflow as tf
@@ -140,9 +151,8 @@ def choose_strategy():
 
     check_node_pool()
     cluster = Cluster.from_env()
-    kind = strategy_kind(
-        len(tf.config.list_physical_devices("GPU")), _tpu_present(), cluster.workers
-    )
+    gpus = local_gpus()
+    kind = strategy_kind(len(gpus), _tpu_present(), cluster.workers)
     if kind == "multi_worker":
         from tfx_accum.components.keras_adapter import MultiWorkerMirroredStrategy
 
@@ -154,7 +164,7 @@ def choose_strategy():
         tf.tpu.experimental.initialize_tpu_system(resolver)
         strategy = tf.distribute.TPUStrategy(resolver)
     elif kind == "mirrored":
-        strategy = tf.distribute.MirroredStrategy()
+        strategy = tf.distribute.MirroredStrategy(gpus)
     else:
         strategy = tf.distribute.get_strategy()
     logging.info(

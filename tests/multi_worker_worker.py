@@ -114,6 +114,8 @@ def main(out: Path) -> dict:
         "collectives": {},
     }
     for name, case in CASES.items():
+        # Built, compiled and fit inside the scope, as users do: the first GA fit of this
+        # fresh process runs the Keras self-check there (#34: it once misfired inside a scope).
         with STRATEGY.scope():
             model = initial_model(name)
             if case["accumulate"]:
@@ -121,9 +123,12 @@ def main(out: Path) -> dict:
                     model, gradient_accumulation_steps=plan.steps_per_replica
                 )
             model.compile(**case["compile"]())
-        model.fit(
-            shard_like_one_device(case["data"]()), epochs=EPOCHS, verbose=0, **case.get("fit", {})
-        )
+            model.fit(
+                shard_like_one_device(case["data"]()),
+                epochs=EPOCHS,
+                verbose=0,
+                **case.get("fit", {}),
+            )
         np.savez(out / f"{name}-{cluster.task_index}.npz", **state(model))
         if case["accumulate"]:
             counts = {}

@@ -194,3 +194,64 @@ def test_a_two_machine_vertex_trainer_resumes_and_equals_one_device(
     scores = serving_scores(chief / "model" / "Format-Serving", eval_examples)
     want = serving_scores(one / "model" / "Format-Serving", eval_examples)
     assert np.max(np.abs(scores - want)) < 1e-5, np.max(np.abs(scores - want))
+
+
+# --- one machine with several devices: MirroredStrategy, chosen by the Trainer itself (#34) ---
+
+MIRRORED = Path(__file__).with_name("mirrored_executor.py")
+
+
+def run_mirrored(replicas: int, role: str, *args: str) -> str:
+    """``tests/mirrored_executor.py``: a fresh process whose node has ``replicas`` devices."""
+    env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
+    env.update(CUDA_VISIBLE_DEVICES="", TF_CPP_MIN_LOG_LEVEL="2")
+    proc = subprocess.run(
+        [sys.executable, str(MIRRORED), str(replicas), role, *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout[-5000:]
+    return proc.stdout
+
+
+def test_the_trainer_on_a_two_device_node_trains_mirrored_and_serves_the_one_device_model(
+    first_run, eval_examples, tmp_path, monkeypatch
+):
+    """The Trainer's run_executor command in a fresh process on a node with two devices: its
+    strategy choice is MirroredStrategy over both, and the exported, served model equals the
+    same command's on one device (global batch 32 either way: k=4 of 8, 2 per replica)."""
+    run_dir = first_run[0]
+    outputs = {}
+    for replicas in (1, 2):
+        job = capture_vertex_job(run_dir, tmp_path / str(replicas), 1, monkeypatch)
+        (pool,) = job["job_spec"]["worker_pool_specs"]
+        command = pool["container_spec"]["command"]
+        assert command[:3] == ["python", "-m", "tfx.scripts.run_executor"], command[:3]
+        outputs[replicas] = run_mirrored(replicas, "trainer", *command[3:])
+    # The Trainer's own line: how many replicas its strategy trained on.
+    for replicas, output in outputs.items():
+        assert f"held out; {replicas} replica(s))" in output, output[-3000:]
+    budgets = [json.loads((tmp_path / r / "model_run" / "budget.json").read_text()) for r in "12"]
+    assert budgets[0] == budgets[1] and budgets[0]["global_batch"] == 32, budgets
+    scores = serving_scores(tmp_path / "2" / "model" / "Format-Serving", eval_examples)
+    want = serving_scores(tmp_path / "1" / "model" / "Format-Serving", eval_examples)
+    assert np.max(np.abs(scores - want)) < 1e-5, np.max(np.abs(scores - want))
+
+
+def test_the_tuner_on_a_two_device_node_scores_its_trials_as_on_one_device(first_run, tmp_path):
+    """The Tuner's executor in a fresh process on a two-device node: Keras Tuner's trials run
+    under the MirroredStrategy it chose, and score as the same trials on one device."""
+    searches = {}
+    for replicas in (1, 2):
+        out = run_mirrored(replicas, "tuner", str(first_run[0]), str(tmp_path / str(replicas)))
+        searches[replicas] = json.loads(out.strip().splitlines()[-1])
+    assert searches[2]["strategies"] == [["MirroredStrategy", 2]], searches[2]["strategies"]
+    assert searches[1]["strategies"] == [["_DefaultDistributionStrategy", 1]]
+    one, two = ({r["trial_id"]: r for r in searches[n]["rows"]} for n in (1, 2))
+    assert len(one) == 2 and one.keys() == two.keys()
+    for trial_id, row in two.items():
+        assert row["accumulation_steps"] == one[trial_id]["accumulation_steps"]
+        assert row["score"] == pytest.approx(one[trial_id]["score"], abs=1e-4), (row, one)
