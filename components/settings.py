@@ -42,6 +42,7 @@ __all__ = [
     "PRECISIONS",
     "TRAIN_STEPS",
     "TunerDecision",
+    "check_custom_config",
     "validate_positive_int",
 ]
 
@@ -67,6 +68,41 @@ EVAL_BATCH = 256  # batch size of validation passes (no gradients: not tuned)
 # custom_config["train_budget"]: the Trainer trains for the best trial's examples (the
 # default when tuning); otherwise for train_steps updates with early stopping.
 BEST_TRIAL_BUDGET = "best_trial"
+
+# The ``custom_config`` keys the Tuner and Trainer modules read besides ModelSettings' fields,
+# and what each is; a key that is none of these (nor TFX's own) is refused, never ignored.
+MODULE_CONFIG_KEYS = {
+    "search_space": "the Tuner's search space (SearchSpace.to_config())",
+    "search_root": "where the Tuner keeps its search, so that a rerun continues it",
+    "parallel_trials": "trials the Tuner runs at a time",
+    "hyperparameters": "the Trainer's hyperparameters when there is no Tuner",
+    "backup_root": "where the Trainer backs up its training state",
+    "seed": "the search's seed, for the Trainer's initial weights and data order",
+    "train_budget": "'best_trial': the Trainer trains for the best trial's examples",
+    "statistics": "StatisticsGen's statistics (set by tfx_accum's Tuner and Trainer)",
+}
+# Read by TFX itself (its Google Cloud extensions: ai_platform_training_args, ...).
+TFX_CONFIG_PREFIXES = ("ai_platform_", "remote_trials_working_dir")
+
+
+def check_custom_config(config: dict[str, Any] | None) -> None:
+    """Refuses a ``custom_config`` key that nothing reads, naming the closest known one.
+
+    A misspelt key (``modle``, ``lable_key``) would otherwise be ignored and the run would
+    train the default model on the default label without a word.
+    """
+    import difflib
+
+    known = [f.name for f in dataclasses.fields(ModelSettings)] + list(MODULE_CONFIG_KEYS)
+    for key in config or {}:
+        if key in known or str(key).startswith(TFX_CONFIG_PREFIXES):
+            continue
+        close = difflib.get_close_matches(str(key), known, n=1, cutoff=0.6)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        raise ValueError(
+            f"custom_config key {key!r} is not one tfx-accum reads: {hint}"
+            f"the keys are {', '.join(sorted(known))}."
+        )
 
 # What a trial records beside its score (Keras Tuner metrics, and columns of trials.csv).
 TRIAL_EXAMPLES = "examples"  # training examples the trial's score is for
@@ -248,6 +284,8 @@ class ModelSettings:
 
     @classmethod
     def from_custom_config(cls, config: dict[str, Any] | None) -> ModelSettings:
+        """The settings of a module's whole ``custom_config`` (unknown keys refused)."""
+        check_custom_config(config)
         config = config or {}
         return cls(**{f.name: config[f.name] for f in dataclasses.fields(cls) if f.name in config})
 
