@@ -119,7 +119,9 @@ def narrow_to_declared(reference: str, data: DataDescription, component: str) ->
     """
     import keras_tuner
 
-    declared = declared_inputs(call_model_function(reference, data, keras_tuner.HyperParameters()))
+    hp = keras_tuner.HyperParameters()
+    declared = declared_inputs(call_model_function(reference, data, hp))
+    say_shadowed_hyperparameters(hp, component)
     left_out = [f.name for f in data.features if f.input_name not in declared]
     if left_out:
         shown = ", ".join(map(repr, left_out[:8])) + (", ..." if len(left_out) > 8 else "")
@@ -201,6 +203,30 @@ def by_name(model: keras.Model) -> keras.Model:
         # recommends (a float32 loss, and the served scores are float32).
         output = keras.layers.Activation("linear", dtype="float32", name="float32_output")(output)
     return keras.Model(inputs, output, name=f"{model.name}_by_name")
+
+
+def say_shadowed_hyperparameters(hp, component: str) -> None:
+    """One line per hyperparameter the model function declares under one of the names
+    tfx-accum searches itself: Keras Tuner keeps the first declaration of a name, which in a
+    trial is tfx-accum's, so the function's own range is never searched."""
+    from tfx_accum.components.settings import (
+        HP_ACCUMULATION_STEPS,
+        HP_LEARNING_RATE,
+        HP_MICRO_BATCH_SIZE,
+    )
+
+    ours = {
+        HP_LEARNING_RATE: "search_space's learning_rate_min/max",
+        HP_ACCUMULATION_STEPS: "search_space's accumulation_steps_choices",
+        HP_MICRO_BATCH_SIZE: "search_space's micro_batch_choices",
+    }
+    for parameter in hp.space:
+        if parameter.name in ours:
+            console.say(
+                f"[{component}] the model function declares its own {parameter.name!r} "
+                f"({type(parameter).__name__}); tfx-accum's search decides it "
+                f"({ours[parameter.name]}): rename yours to search it too"
+            )
 
 
 def as_accumulation_model(

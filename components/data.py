@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import time
 from typing import Any
 
 import numpy as np
@@ -44,6 +45,7 @@ from tfx_accum.components.features import (
 )
 from tfx_accum.components.settings import ModelSettings, is_model_function
 from tfx_accum.components.statistics import SplitStatistics
+from tfx_accum.components.transform import transform_output_path, transformed_schema
 
 _READ_BATCH = 256
 CACHE_BYTES = 64 * 2**20  # a split up to this many bytes of float32 values is cached
@@ -55,6 +57,13 @@ def load_schema(schema_path: str) -> schema_pb2.Schema:
     # As tfx.utils.parse_pbtxt_file, without importing TFX (seconds, in every worker process).
     with tf.io.gfile.GFile(schema_path) as handle:
         return text_format.Parse(handle.read(), schema_pb2.Schema())
+
+
+def examples_schema(fn_args) -> schema_pb2.Schema:
+    """The schema the examples are parsed by: Transform's transformed schema where the
+    component has a ``transform_graph`` (components/transform.py), else ``schema``'s."""
+    path = transform_output_path(fn_args)
+    return transformed_schema(path) if path else load_schema(fn_args.schema_path)
 
 
 @dataclasses.dataclass
@@ -70,15 +79,41 @@ class Splits:
     validation_size: int = 0
 
 
-def statistics_uri(fn_args) -> str:
+def split_statistics(
+    fn_args, schema: schema_pb2.Schema, component: str
+) -> tuple[SplitStatistics, SplitStatistics | None]:
+    """The training and eval splits' statistics: StatisticsGen's where the component hands
+    them over (tfx_accum's Tuner and Trainer), else computed by TFDV over the examples.
+
+    TFX's stock Tuner and Trainer take no statistics; the module then computes the same
+    statistics itself, over the examples it is given, and says so in one line.
+    """
     uri = (fn_args.custom_config or {}).get(STATISTICS_KEY)
-    if not uri:
-        raise ValueError(
-            "The Tuner and Trainer need StatisticsGen's statistics: use tfx_accum's Tuner and "
-            "Trainer components (tfx_accum.components.tfx_components), which take them as "
-            "the `statistics` input."
-        )
-    return uri
+    transformed = transform_output_path(fn_args) is not None
+    if uri and not transformed:
+        train = SplitStatistics.load(uri, "train")
+        try:
+            evaluation = SplitStatistics.load(uri, "eval")
+        except ValueError:
+            evaluation = None
+        return train, evaluation
+    start = time.monotonic()
+    train = SplitStatistics.compute(list(fn_args.train_files), schema)
+    eval_files = list(getattr(fn_args, "eval_files", None) or [])
+    evaluation = SplitStatistics.compute(eval_files, schema) if eval_files else None
+    name = component.capitalize()
+    why = (
+        "StatisticsGen's describe the raw examples, the model gets Transform's"
+        if transformed
+        else f"TFX's stock {name} hands over no StatisticsGen output (tfx_accum's {name} "
+        "takes it as its `statistics` input)"
+    )
+    kind = "transformed examples" if transformed else "examples"
+    console.say(
+        f"[{component}] statistics: computed by TFDV over the {kind} "
+        f"({train.num_examples:,} training rows, {time.monotonic() - start:.1f} s): {why}"
+    )
+    return train, evaluation
 
 
 def _pruned(schema: schema_pb2.Schema, names: set[str]) -> schema_pb2.Schema:
@@ -121,13 +156,8 @@ def describe_data(fn_args, settings: ModelSettings, component: str) -> DataDescr
     the description is narrowed to them, so they alone are read, preprocessed and served.
     ``component`` (``tuner``, ``trainer``) prefixes the lines it prints.
     """
-    schema = load_schema(fn_args.schema_path)
-    uri = statistics_uri(fn_args)
-    train = SplitStatistics.load(uri, "train")
-    try:
-        evaluation = SplitStatistics.load(uri, "eval")
-    except ValueError:
-        evaluation = None
+    schema = examples_schema(fn_args)
+    train, evaluation = split_statistics(fn_args, schema, component)
     data = describe(schema, train, settings, evaluation, _sample(fn_args, schema))
     if settings.task is None:  # nobody decided it before (the command line's check does)
         console.say(f"[{component}] task: {data.task} ({data.task_reason}; --task to choose)")
@@ -151,7 +181,7 @@ def training_examples(data: DataDescription) -> int:
 
 def read_splits(fn_args, data: DataDescription) -> Splits:
     """The training and validation examples of ``fn_args.train_files``, preprocessed."""
-    schema = _pruned(load_schema(fn_args.schema_path), {*data.keys, data.label_key})
+    schema = _pruned(examples_schema(fn_args), {*data.keys, data.label_key})
     preprocessor = Preprocessor(data)
     count, validation_size = data.rows, validation_examples(data)
     if training_examples(data) < 1 or validation_size < 1:

@@ -50,6 +50,7 @@ from typing import Any
 
 from tfx_accum import console
 from tfx_accum.components.settings import validate_positive_int
+from tfx_accum.components.transform import transform_output_path
 
 # Keras Tuner's adapter (keras_tuner_adapter) is imported where it is used: a worker's first
 # step (die_with_chief) must not wait for Keras to import.
@@ -82,6 +83,7 @@ def worker_spec(fn_args, directory: str, space_config: dict[str, Any]) -> dict[s
             "train_files": list(fn_args.train_files),
             "eval_files": list(fn_args.eval_files),
             "schema_path": fn_args.schema_path,
+            "transform_graph_path": transform_output_path(fn_args),
             "custom_config": fn_args.custom_config or {},
         },
         "directory": directory,

@@ -212,4 +212,6 @@ def trainer_budget(
     if best_trials and trial_examples:
         updates = math.ceil(trial_examples / global_batch)
         return TrainerBudget(updates, False, "the best trial's budget")
-    return TrainerBudget(train_steps, True, "--train-steps, with early stopping")
+    return TrainerBudget(
+        train_steps, True, "TrainArgs.num_steps (--train-steps), with early stopping"
+    )

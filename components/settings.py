@@ -104,6 +104,7 @@ def check_custom_config(config: dict[str, Any] | None) -> None:
             f"the keys are {', '.join(sorted(known))}."
         )
 
+
 # What a trial records beside its score (Keras Tuner metrics, and columns of trials.csv).
 TRIAL_EXAMPLES = "examples"  # training examples the trial's score is for
 TRIAL_SPEED = "examples_per_second"  # steady training throughput (tuner.EpochTimes)

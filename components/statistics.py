@@ -46,11 +46,45 @@ class SplitStatistics:
         stats = statistics_pb2.DatasetFeatureStatisticsList()
         with tf.io.gfile.GFile(path, "rb") as handle:
             stats.ParseFromString(handle.read())
+        return cls.from_proto(stats)
+
+    @classmethod
+    def from_proto(cls, stats: statistics_pb2.DatasetFeatureStatisticsList) -> SplitStatistics:
         dataset = stats.datasets[0]
         return cls(
             int(dataset.num_examples),
             {_name(f): f for f in dataset.features},
         )
+
+    @classmethod
+    def compute(cls, file_patterns: list[str], schema) -> SplitStatistics:
+        """The same statistics, computed by TFDV over a split's examples (gzip'd TFRecords
+        of ``tf.Example``, as ExampleGen and Transform write them), typed by ``schema``.
+
+        For TFX's stock Tuner and Trainer, which hand the module no StatisticsGen output:
+        TFDV is what StatisticsGen runs, on Beam's DirectRunner in this process.
+        """
+        import tempfile
+
+        import apache_beam as beam
+        import tensorflow_data_validation as tfdv
+        from tfx_bsl.public import tfxio
+
+        source = tfxio.TFExampleRecord(file_pattern=list(file_patterns), schema=schema)
+        options = tfdv.StatsOptions(schema=schema)
+        with tempfile.TemporaryDirectory(prefix="tfx-accum-stats-") as directory:
+            path = os.path.join(directory, _BINARY)
+            with beam.Pipeline() as pipeline:
+                _ = (
+                    pipeline
+                    | "Read" >> source.BeamSource()
+                    | "Statistics" >> tfdv.GenerateStatistics(options)
+                    | "Write" >> tfdv.WriteStatisticsToBinaryFile(path)
+                )
+            stats = statistics_pb2.DatasetFeatureStatisticsList()
+            with open(path, "rb") as handle:
+                stats.ParseFromString(handle.read())
+        return cls.from_proto(stats)
 
     def feature(self, name: str) -> statistics_pb2.FeatureNameStatistics | None:
         return self.features.get(name)

@@ -52,6 +52,7 @@ from tfx_accum.components.settings import (
 from tfx_accum.components.strategy import choose_strategy, replica_plan
 from tfx_accum.components.tasks import OBJECTIVES
 from tfx_accum.components.training_backup import TrainingBackup
+from tfx_accum.components.transform import transform_output_path
 
 if TYPE_CHECKING:  # importing tfx.v1 loads its Google Cloud extensions: 5 s in every Trainer
     from tfx.components.trainer.fn_args_utils import FnArgs
@@ -165,6 +166,12 @@ def run_fn(fn_args: FnArgs) -> None:
         config.get("train_budget") == BEST_TRIAL_BUDGET,
     )
     updates = budget.updates
+    if getattr(fn_args, "eval_steps", None):  # TFX's EvalArgs: said, not silently dropped
+        console.say(
+            f"[trainer] EvalArgs.num_steps={fn_args.eval_steps} is not used: validation runs "
+            f"on all {splits.validation_size:,} examples held out of the training split, and "
+            "the Evaluator scores the eval split"
+        )
     steps_per_epoch = max(1, min(math.ceil(splits.train_size / plan.global_batch), updates))
     epochs = math.ceil(updates / steps_per_epoch)  # the last one stops at `updates`
     # The chief's backup; another worker's private copy of it (multi_worker.py).
@@ -231,7 +238,11 @@ def run_fn(fn_args: FnArgs) -> None:
     # Every worker exports (a save may take part in collective operations); only the
     # chief's export is the Trainer's output.
     export_serving_model(
-        model, splits.data, splits.preprocessor, cluster.own_dir(fn_args.serving_model_dir)
+        model,
+        splits.data,
+        splits.preprocessor,
+        cluster.own_dir(fn_args.serving_model_dir),
+        transform_output_path(fn_args),
     )
     if cluster.is_chief:
         backup.delete()  # finished: a later run with these inputs starts afresh

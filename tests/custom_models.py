@@ -48,3 +48,24 @@ def all_but_ash(features, num_classes, hp, feature_stats):
     x = keras.layers.Dense(64, activation="relu")(x)
     x = keras.layers.Dense(64, activation="relu")(x)
     return keras.Model(inputs, keras.layers.Dense(num_classes, activation="softmax")(x))
+
+
+def logits_mlp(features, num_classes, hp):
+    """TFX's penguin example's way: a linear last layer and a from_logits loss."""
+    inputs = {name: keras.Input((1,), name=name) for name in sorted(features)}
+    x = keras.layers.Concatenate()(list(inputs.values()))
+    x = keras.layers.Dense(16, activation="relu")(x)
+    model = keras.Model(inputs, keras.layers.Dense(num_classes)(x))
+    model.compile(
+        optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    )
+    return model
+
+
+def own_learning_rate(features, num_classes, hp):
+    """Declares a hyperparameter under a name tfx-accum searches itself."""
+    inputs = {name: keras.Input((1,), name=name) for name in sorted(features)}
+    x = keras.layers.Concatenate()(list(inputs.values()))
+    hp.Choice("learning_rate", [1e-2, 1e-3])
+    x = keras.layers.Dense(hp.Int("units", 8, 16, step=8), activation="relu")(x)
+    return keras.Model(inputs, keras.layers.Dense(num_classes, activation="softmax")(x))

@@ -51,7 +51,9 @@ def test_the_image_path_trains_on_png_examples_and_serves_image_bytes(tmp_path):
     assert result["scores"].shape == (len(records), 10)
     predicted = result["scores"].numpy().argmax(axis=1)
     assert float(np.mean(predicted == labels)) >= 0.95
-    assert [c.decode() for c in result["classes"].numpy()[:20]] == [str(p) for p in predicted[:20]]
+    assert [c.decode() for c in result["classes"].numpy()[:20, 0]] == [
+        str(p) for p in predicted[:20]
+    ]
 
 
 def _tabular_csv(directory: Path) -> tuple[list[dict], list[str]]:
@@ -118,7 +120,7 @@ def test_a_csv_with_text_columns_missing_values_and_text_labels(tmp_path):
     serve = model.signatures["serving_default"]
     integers = _integer_columns(rows)
     result = serve(examples=tf.constant([_example(r, integers) for r in rows]))
-    predicted = [c.decode() for c in result["classes"].numpy()]
+    predicted = [c.decode() for c in result["classes"].numpy()[:, 0]]
     assert set(predicted) <= {"benign", "malignant"}
     assert float(np.mean(np.array(predicted) == np.array(labels))) >= 0.85
     indices = model.signatures["transform_labels"](

@@ -224,3 +224,46 @@ def test_the_pipeline_trains_and_serves_float32(precision, tmp_path):
         next((out / "pipeline" / "Trainer" / "model_run").glob("*/budget.json")).read_text()
     )
     assert budget["validation_score"] == pytest.approx(float(trial["score"]), abs=1e-6)
+
+
+def test_a_logits_model_serves_probabilities(tmp_path):
+    """#29: a model function with a linear last layer and a from_logits loss (TFX's penguin
+    example's) serves class probabilities as ``scores``: the softmax of its logits."""
+    splits = tiny_splits()
+    model = build_model("custom_models:logits_mlp", splits.data, 2, 1e-2)
+    model.fit(splits.train.batch(16), epochs=2, verbose=0)
+    examples = tf.constant(_examples(splits))
+    features = splits.preprocessor(parse_raw(examples, splits.data))
+    logits = model(features, training=False).numpy()
+    export_serving_model(model, splits.data, splits.preprocessor, str(tmp_path / "serving"))
+    serve = tf.saved_model.load(str(tmp_path / "serving")).signatures["serving_default"]
+    scores = serve(examples=examples)["scores"].numpy()
+    np.testing.assert_allclose(scores, tf.nn.softmax(logits).numpy(), atol=1e-6)
+    np.testing.assert_allclose(scores.sum(-1), 1.0, atol=1e-5)
+
+
+def test_a_model_function_declaring_a_searched_name_is_told_which_wins(capsys):
+    """#29: the function's own hp.Choice('learning_rate') is shadowed by tfx-accum's search:
+    said in one line; its other hyperparameters (units) are its own and pass in silence."""
+    import keras_tuner
+
+    from tfx_accum.components.custom_model import narrow_to_declared
+    from tfx_accum.components.hypermodel import AccumulationHyperModel
+    from tfx_accum.components.search_space import SearchSpace
+
+    splits = tiny_splits()
+    narrow_to_declared("custom_models:own_learning_rate", splits.data, "tuner")
+    lines = [line for line in capsys.readouterr().out.splitlines() if "declares its own" in line]
+    assert lines == [
+        "[tuner] the model function declares its own 'learning_rate' (Choice); tfx-accum's "
+        "search decides it (search_space's learning_rate_min/max): rename yours to search it too"
+    ]
+    narrow_to_declared("custom_models:small_mlp", splits.data, "tuner")
+    assert "declares its own" not in capsys.readouterr().out
+    # And what the line says is what happens: in a trial, tfx-accum's value is the one used.
+    space = SearchSpace(learning_rate_min=0.05, learning_rate_max=0.0501, learning_rate_step=None)
+    hypermodel = AccumulationHyperModel(space, splits, "custom_models:own_learning_rate")
+    hp = keras_tuner.HyperParameters()
+    model = hypermodel.build(hp)
+    assert hp.get("learning_rate") == pytest.approx(0.05, rel=1e-2)
+    assert float(model.optimizer.learning_rate) == pytest.approx(0.05, rel=1e-2)

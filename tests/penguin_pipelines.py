@@ -1,0 +1,200 @@
+"""TFX's penguin example (``tfx/examples/penguin/penguin_pipeline_local.py``) with tfx-accum's
+``tuner_fn`` and ``run_fn`` in TFX's *stock* components: what README's "Use it in your own TFX
+pipeline" shows, run by tests/test_tfx_pipelines.py (#29).
+
+The data is TFX's own penguin data as its wheel ships it (``tfx/components/testdata/penguin``:
+the example's ``penguins_processed.csv``, split in ExampleGen's form), written back to CSV
+files with its own column names, and an unlabelled copy of the eval rows for BulkInferrer.
+
+``create_pipeline(..., transform=False)``: CsvExampleGen -> StatisticsGen -> SchemaGen ->
+Tuner -> Trainer -> Evaluator (with a LatestBlessedModelStrategy Resolver) -> Pusher, and
+BulkInferrer on the unlabelled CSV. ``transform=True``: the same with TFX's Transform (the
+example's own ``preprocessing_fn``) between SchemaGen and the Tuner and Trainer, and the
+example's ``EvalConfig`` (``label_key='species_xf'``, ``transform_features``) unchanged.
+"""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import tensorflow as tf
+
+FEATURES = ["culmen_length_mm", "culmen_depth_mm", "flipper_length_mm", "body_mass_g"]
+LABEL = "species"
+# The search tfx-accum's Tuner runs here: small, for CI (every trial is trained).
+SEARCH_SPACE = {
+    "accumulation_steps_choices": [1, 2, 4],
+    "micro_batch_choices": [8, 16],
+    "learning_rate_min": 3e-3,
+    "learning_rate_max": 3e-2,
+    "max_trials": 3,
+    "tuning_epochs": 8,
+    "algorithm": "random",
+}
+
+
+def _testdata() -> Path:
+    import tfx
+
+    return Path(tfx.__file__).parent / "components" / "testdata" / "penguin"
+
+
+def write_penguin_csvs(directory: Path) -> tuple[Path, Path]:
+    """``(labelled, unlabelled)``: directories holding the penguin CSV files."""
+    labelled, unlabelled = directory / "labelled", directory / "unlabelled"
+    labelled.mkdir(parents=True)
+    unlabelled.mkdir(parents=True)
+    rows = []
+    for split in ("train", "eval"):
+        files = sorted(str(p) for p in (_testdata() / "data" / f"Split-{split}").glob("*.gz"))
+        for record in tf.data.TFRecordDataset(files, "GZIP"):
+            example = tf.train.Example.FromString(record.numpy())
+            feature = example.features.feature
+            row = {name: feature[name].float_list.value[0] for name in FEATURES}
+            row[LABEL] = feature[LABEL].int64_list.value[0]
+            rows.append(row)
+    with open(labelled / "penguins_processed.csv", "w", newline="") as handle:
+        writer = csv.DictWriter(handle, [*FEATURES, LABEL])
+        writer.writeheader()
+        writer.writerows(rows)
+    with open(unlabelled / "penguins_unlabelled.csv", "w", newline="") as handle:
+        writer = csv.DictWriter(handle, FEATURES)
+        writer.writeheader()
+        writer.writerows({name: row[name] for name in FEATURES} for row in rows[::3])
+    return labelled, unlabelled
+
+
+def create_pipeline(
+    name: str,
+    root: Path,
+    labelled: Path,
+    unlabelled: Path,
+    serving_dir: Path,
+    transform: bool,
+):
+    """The penguin pipeline with tfx-accum's functions in TFX's stock components."""
+    import tensorflow_model_analysis as tfma
+    from tfx import v1 as tfx
+
+    example_gen = tfx.components.CsvExampleGen(input_base=str(labelled))
+    statistics_gen = tfx.components.StatisticsGen(examples=example_gen.outputs["examples"])
+    schema_gen = tfx.components.SchemaGen(
+        statistics=statistics_gen.outputs["statistics"], infer_feature_shape=True
+    )
+    components = [example_gen, statistics_gen, schema_gen]
+    examples, label = example_gen.outputs["examples"], LABEL
+    extra = {}
+    if transform:
+        transform_component = tfx.components.Transform(
+            examples=example_gen.outputs["examples"],
+            schema=schema_gen.outputs["schema"],
+            preprocessing_fn="tfx.examples.penguin.penguin_utils_base.preprocessing_fn",
+        )
+        components.append(transform_component)
+        examples, label = transform_component.outputs["transformed_examples"], LABEL + "_xf"
+        extra = {"transform_graph": transform_component.outputs["transform_graph"]}
+    config = {"label_key": label, "model": "mlp"}
+    tuner = tfx.components.Tuner(
+        tuner_fn="tfx_accum.components.tuner.tuner_fn",
+        examples=examples,
+        schema=schema_gen.outputs["schema"],
+        train_args=tfx.proto.TrainArgs(num_steps=100),
+        eval_args=tfx.proto.EvalArgs(num_steps=5),
+        custom_config={**config, "search_space": SEARCH_SPACE},
+        **extra,
+    )
+    trainer = tfx.components.Trainer(
+        run_fn="tfx_accum.components.trainer.run_fn",
+        examples=examples,
+        schema=schema_gen.outputs["schema"],
+        hyperparameters=tuner.outputs["best_hyperparameters"],
+        train_args=tfx.proto.TrainArgs(num_steps=100),
+        eval_args=tfx.proto.EvalArgs(num_steps=5),
+        custom_config=config,
+        **extra,
+    )
+    model_resolver = tfx.dsl.Resolver(
+        strategy_class=tfx.dsl.experimental.LatestBlessedModelStrategy,
+        model=tfx.dsl.Channel(type=tfx.types.standard_artifacts.Model),
+        model_blessing=tfx.dsl.Channel(type=tfx.types.standard_artifacts.ModelBlessing),
+    ).with_id("latest_blessed_model_resolver")
+    accuracy = tfma.MetricConfig(
+        class_name="SparseCategoricalAccuracy",
+        threshold=tfma.MetricThreshold(
+            value_threshold=tfma.GenericValueThreshold(lower_bound={"value": 0.6}),
+            change_threshold=tfma.GenericChangeThreshold(
+                direction=tfma.MetricDirection.HIGHER_IS_BETTER, absolute={"value": -1e-10}
+            ),
+        ),
+    )
+    if transform:  # the example's EvalConfig, as written
+        model_spec = tfma.ModelSpec(
+            signature_name="serving_default",
+            label_key="species_xf",
+            preprocessing_function_names=["transform_features"],
+        )
+    else:  # the example's, on raw examples: the label as it is
+        model_spec = tfma.ModelSpec(signature_name="serving_default", label_key=LABEL)
+    evaluator = tfx.components.Evaluator(
+        examples=example_gen.outputs["examples"],
+        model=trainer.outputs["model"],
+        baseline_model=model_resolver.outputs["model"],
+        eval_config=tfma.EvalConfig(
+            model_specs=[model_spec],
+            slicing_specs=[tfma.SlicingSpec()],
+            metrics_specs=[tfma.MetricsSpec(metrics=[accuracy])],
+        ),
+    )
+    pusher = tfx.components.Pusher(
+        model=trainer.outputs["model"],
+        model_blessing=evaluator.outputs["blessing"],
+        push_destination=tfx.proto.PushDestination(
+            filesystem=tfx.proto.PushDestination.Filesystem(base_directory=str(serving_dir))
+        ),
+    )
+    unlabelled_gen = tfx.components.CsvExampleGen(
+        input_base=str(unlabelled),
+        output_config=tfx.proto.Output(
+            split_config=tfx.proto.SplitConfig(
+                splits=[tfx.proto.SplitConfig.Split(name="unlabelled", hash_buckets=1)]
+            )
+        ),
+    ).with_id("unlabelled_example_gen")
+    bulk_inferrer = tfx.components.BulkInferrer(
+        examples=unlabelled_gen.outputs["examples"],
+        model=trainer.outputs["model"],
+        model_blessing=evaluator.outputs["blessing"],
+        data_spec=tfx.proto.DataSpec(example_splits=["unlabelled"]),
+        model_spec=tfx.proto.ModelSpec(),
+    )
+    components += [tuner, trainer, model_resolver, evaluator, pusher, unlabelled_gen]
+    components.append(bulk_inferrer)
+    return tfx.dsl.Pipeline(
+        pipeline_name=name,
+        pipeline_root=str(root / "pipeline"),
+        components=components,
+        metadata_connection_config=tfx.orchestration.metadata.sqlite_metadata_connection_config(
+            str(root / "metadata.db")
+        ),
+        enable_cache=False,
+    )
+
+
+def run(root: Path, transform: bool) -> Path:
+    """Runs the pipeline under ``root`` with TFX's LocalDagRunner; returns the serving dir."""
+    from tfx import v1 as tfx
+
+    labelled, unlabelled = write_penguin_csvs(root / "data")
+    serving = root / "serving"
+    name = "penguin-transform" if transform else "penguin"
+    tfx.orchestration.LocalDagRunner().run(
+        create_pipeline(name, root, labelled, unlabelled, serving, transform)
+    )
+    return serving
+
+
+if __name__ == "__main__":
+    import sys
+
+    run(Path(sys.argv[1]), transform=sys.argv[2:] == ["transform"])
