@@ -25,6 +25,7 @@ from tfx_accum.components.data import Splits, batched
 from tfx_accum.components.features import DataDescription
 from tfx_accum.components.micro_batch_probe import fitting_micro_batches
 from tfx_accum.components.models import build_model, ready_to_trace
+from tfx_accum.components.non_finite import StopOnNonFiniteLoss
 from tfx_accum.components.peak_memory import PeakMemory
 from tfx_accum.components.search_policy import exceeds_effective_batch_limit, steps_per_epoch
 from tfx_accum.components.search_space import SearchSpace
@@ -155,7 +156,9 @@ class AccumulationHyperModel(keras_tuner.HyperModel):
         train = batched(self.splits.train, plan.global_batch, shuffle_seed=self.space.seed)
         validation = self.splits.validation.batch(EVAL_BATCH)
         timing = EpochTimes(plan.global_batch)
-        kwargs["callbacks"] = [*kwargs.get("callbacks", []), timing]
+        lr = hp.get(HP_LEARNING_RATE)
+        trial = f"the trial with accumulation_steps={k} micro_batch={m} lr={lr:.3g}"
+        kwargs["callbacks"] = [*kwargs.get("callbacks", []), timing, StopOnNonFiniteLoss(trial)]
         memory = PeakMemory()
         memory.reset()
         try:

@@ -40,6 +40,7 @@ from tfx_accum.components.data import (
 from tfx_accum.components.export import export_serving_model
 from tfx_accum.components.models import build_model, describe_precision, ready_to_trace
 from tfx_accum.components.multi_worker import Cluster
+from tfx_accum.components.non_finite import StopOnNonFiniteLoss
 from tfx_accum.components.search_policy import trainer_budget
 from tfx_accum.components.search_space import SearchSpace
 from tfx_accum.components.settings import (
@@ -193,6 +194,7 @@ def run_fn(fn_args: FnArgs) -> None:
         backup,
         keras.callbacks.TensorBoard(log_dir=model_run_dir, update_freq="epoch"),
         StopAfterUpdates(updates),
+        StopOnNonFiniteLoss("the Trainer"),
         progress,
     ]
     best_epoch = RestoreBestEpoch(objective, direction, backup_dir)

@@ -22,13 +22,16 @@ from typing import Any
 # TFX's classes from the modules that define them: `from tfx import v1` also imports its
 # Google Cloud extensions (google.cloud.aiplatform, ~3 s of every run's start-up).
 from tfx.components import ExampleValidator, SchemaGen, StatisticsGen
-from tfx.components.schema_gen.import_schema_gen.component import ImportSchemaGen
 from tfx.orchestration import metadata
 from tfx.orchestration.pipeline import Pipeline
 from tfx.proto import example_gen_pb2, pusher_pb2, trainer_pb2
 
 from tfx_accum.components import tasks
-from tfx_accum.components.example_fingerprint import CsvExampleGen, ImportExampleGen
+from tfx_accum.components.example_fingerprint import (
+    CsvExampleGen,
+    ImportExampleGen,
+    ImportSchemaGen,
+)
 from tfx_accum.components.pusher import Pusher
 from tfx_accum.components.search_space import SearchSpace
 from tfx_accum.components.settings import (

@@ -40,6 +40,26 @@ class RunSummary:
     trainer_budget: dict[str, int] | None = None  # updates, global_batch, examples
     resplit: dict[str, Any] | None = None  # the best trial and split, when re-split
     best_trial_examples: int | None = None  # the Tuner's decision: the best trial's budget
+    # ExampleValidator's anomalies: (split, feature, what), one per anomaly; None: no report
+    anomalies: list[tuple[str, str, str]] | None = None
+
+
+def read_anomalies(uri: str) -> list[tuple[str, str, str]]:
+    """``(split, feature, short description)`` of every anomaly ExampleValidator recorded
+    (``Split-<name>/SchemaDiff.pb``, TFDV's ``Anomalies`` proto per split)."""
+    from tensorflow_metadata.proto.v0 import anomalies_pb2
+
+    found = []
+    for path in sorted(Path(uri).glob("Split-*/SchemaDiff.pb")):
+        split = path.parent.name.removeprefix("Split-")
+        anomalies = anomalies_pb2.Anomalies.FromString(path.read_bytes())
+        for feature, info in sorted(anomalies.anomaly_info.items()):
+            what = info.short_description or info.description or "anomaly"
+            found.append((split, feature, what))
+        if anomalies.HasField("dataset_anomaly_info"):
+            info = anomalies.dataset_anomaly_info
+            found.append((split, "(dataset)", info.short_description or info.description))
+    return found
 
 
 def _run_outputs(
@@ -116,8 +136,20 @@ def read_summary(metadata_path: str, run_started: str) -> RunSummary:
     pushed = outputs.get("PushedModel")
     if pushed is not None and pushed.custom_properties["pushed"].int_value:
         pushed_to = pushed.custom_properties["pushed_destination"].string_value
+    anomalies = None
+    if "ExampleAnomalies" in outputs:
+        anomalies = read_anomalies(outputs["ExampleAnomalies"].uri)
     return RunSummary(
-        run_id, best, evaluation, blessed, pushed_to, trials, budget, resplit, best_examples
+        run_id,
+        best,
+        evaluation,
+        blessed,
+        pushed_to,
+        trials,
+        budget,
+        resplit,
+        best_examples,
+        anomalies,
     )
 
 

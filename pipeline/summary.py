@@ -21,6 +21,7 @@ def summary_lines(
     allow_unblessed: bool = False,
 ) -> list[str]:
     lines = ["", "=== tfx-accum summary ==="]
+    lines.extend(anomaly_lines(summary.anomalies))
     if summary.best_hyperparameters:
         hp = summary.best_hyperparameters
         lines.append(
@@ -59,6 +60,17 @@ def summary_lines(
     lines.append(f"pushed to: {summary.pushed_to or 'not pushed'}")
     lines.append(trial_files)
     lines.append(f"wall time: {seconds:.0f} s")
+    return lines
+
+
+def anomaly_lines(anomalies: list[tuple[str, str, str]] | None) -> list[str]:
+    """ExampleValidator's findings, one line each: the data against the schema."""
+    if anomalies is None:
+        return []
+    if not anomalies:
+        return ["data anomalies: none (ExampleValidator, against the schema)"]
+    lines = [f"data anomalies: {len(anomalies)} (ExampleValidator, against the schema):"]
+    lines += [f"  {feature}: {what} ({split} split)" for split, feature, what in anomalies]
     return lines
 
 

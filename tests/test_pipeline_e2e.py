@@ -72,8 +72,8 @@ def test_pipeline_pushes_a_blessed_model_that_classifies_digits(first_run):
 # The project's own console lines: tagged progress lines, the summary, blank lines.
 OWN_LINE = re.compile(
     r"^(\[(tfx-accum|data|pipeline|tuner( w\d+)?|trainer)\] |=== tfx-accum summary ===$|"
-    r"(best trial|tuning|budget|evaluation accuracy|blessed|pushed to|trials|wall time): |"
-    r"  \(trial \d+ ran it as |$)"
+    r"(best trial|tuning|budget|evaluation accuracy|blessed|pushed to|trials|wall time|"
+    r"data anomalies): |  \(trial \d+ ran it as |  \S.*: .* \(\w+ split\)$|$)"
 )
 
 
