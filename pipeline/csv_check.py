@@ -201,6 +201,7 @@ def validate_csv_dir(data_root: str, label_key: str) -> DataSummary:
     tracked: list[_Column] = []
     rows = 0
     labels: dict[str, tuple[str, int]] = {}  # label value -> where it was first seen
+    copies: set[int] | None = None  # indices of the columns equal to the label so far
     label_counts: dict[str, int] = {}
     for path in files:
         with _rows(path) as reader:
@@ -229,6 +230,10 @@ def validate_csv_dir(data_root: str, label_key: str) -> DataSummary:
                 for column, value in zip(tracked, row):
                     column.add(value, path, line_no)
                 label = row[label_index]
+                if copies is None:
+                    copies = {i for i, v in enumerate(row) if v == label and i != label_index}
+                elif copies:
+                    copies = {i for i in copies if row[i] == label}
                 if label == "":
                     raise DataError(
                         f"{path}, line {line_no}, column {label_key!r}: the label is missing; "
@@ -261,6 +266,7 @@ def validate_csv_dir(data_root: str, label_key: str) -> DataSummary:
             (c.name, tuple(sorted(c.values))[:MAX_VOCABULARY]) for c in features if not c.numeric
         ),
         label_dtype=label_dtype,
+        label_copies=tuple(columns[i] for i in sorted(copies or ())),
         label_values=tuple(
             (value, label_counts[value], f"{path}, line {line}")
             for value, (path, line) in labels.items()

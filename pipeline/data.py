@@ -138,6 +138,8 @@ class DataSummary:
     # its count and where it was first seen ("FILE, line N").
     label_dtype: str = "int"
     label_values: tuple[tuple[str, int, str], ...] = ()
+    # Features whose value equals the label's in every row: the answer, not a feature.
+    label_copies: tuple[str, ...] = ()
     task: str = ""
     task_reason: str = ""
 
@@ -258,11 +260,18 @@ def decide_label(summary: DataSummary, settings) -> DataSummary:
     )
 
     try:
-        select_features(
+        chosen = select_features(
             summary.features, settings.label_key, settings.features, settings.exclude_features
         )
     except ColumnError as error:
         raise DataError(str(error)) from None
+    leaks = [name for name in summary.label_copies if name in chosen]
+    if leaks:
+        raise DataError(
+            f"Column {leaks[0]!r} equals the label {settings.label_key!r} in every row: the "
+            "model would read the answer from it (and score 1.0 on any split). Leave it out "
+            f"with --exclude-features {','.join(leaks)}, or name the label with --label-key."
+        )
     kinds = dict(summary.kinds)
     for name in settings.categorical_features:
         if name not in kinds:

@@ -63,3 +63,19 @@ def test_labels_that_skip_class_zero_are_warned_about(tmp_path):
     summary = validate_data_root(str(tmp_path), ModelSettings())
     assert summary.num_classes == 3 and summary.labels == (1, 2)
     assert "1 of the 3 classes 0..2 have no example" in summary.label_warning()
+
+
+def test_a_column_that_copies_the_label_is_refused_with_the_way_out(tmp_path):
+    """#32: a `Label` column equal to `label` trained to accuracy 1.0, blessed and pushed."""
+    rows = "".join(f"{i % 7},{i % 3},{i % 3}\n" for i in range(60))
+    (tmp_path / "d.csv").write_text("a,Label,label\n" + rows)
+    with pytest.raises(DataError) as raised:
+        validate_data_root(str(tmp_path), ModelSettings())
+    message = str(raised.value)
+    assert message.startswith("Column 'Label' equals the label 'label' in every row")
+    assert "--exclude-features Label" in message and "\n" not in message
+    # The way out works; and a column equal to the label in all rows but one is a feature.
+    excluded = ModelSettings(exclude_features=("Label",))
+    assert validate_data_root(str(tmp_path), excluded).num_classes == 3
+    (tmp_path / "d.csv").write_text("a,Label,label\n" + rows + "1,2,0\n")
+    assert validate_data_root(str(tmp_path), ModelSettings()).label_copies == ()
