@@ -15,4 +15,4 @@ EXIT_OK = 0
 EXIT_FAILED = 1  # a component failed
 EXIT_BAD_INPUT = 2  # bad input: one line, before anything runs
 EXIT_UNBLESSED = 3  # the model was not blessed (--allow-unblessed: 0)
-EXIT_INTERRUPTED = 130  # SIGINT or SIGTERM
+EXIT_INTERRUPTED = 130  # SIGINT, SIGTERM or SIGHUP

@@ -4,7 +4,7 @@ What ``tfx-accum run`` prints and returns when the pipeline stops early lives he
 CLI's handlers are a line each and never fail themselves (the disk may be full, the
 metadata store unwritable):
 
-- **interrupted** (SIGINT or SIGTERM, also when a library wrapped the ``KeyboardInterrupt``
+- **interrupted** (SIGINT, SIGTERM or SIGHUP, also when a library wrapped the ``KeyboardInterrupt``
   in an error of its own, see :mod:`tfx_accum.interrupts`): the processes the run started
   are stopped, this run's execution that was running (or that failed because of the
   interrupt) is marked CANCELED, one line, exit code 130;

@@ -72,6 +72,18 @@ def apply_schema(summary: DataSummary, schema, label_key: str) -> tuple[DataSumm
             f"The schema names {', '.join(map(repr, missing[:5]))}, which the data does not "
             "have; remove them from the schema or add the columns."
         )
+    # The label's type, checked with the data before anything runs (#32: a BYTES label over
+    # integers failed in the Trainer, "Data types don't match").
+    label_types = {schema_pb2.INT: ("int",), schema_pb2.FLOAT: ("int", "float")}
+    label_types[schema_pb2.BYTES] = ("string",)
+    label_type = declared[label_key].type
+    if label_type in label_types and summary.label_dtype not in label_types[label_type]:
+        type_name = schema_pb2.FeatureType.Name(label_type)
+        holds = {"int": "integers", "float": "numbers", "string": "text"}[summary.label_dtype]
+        raise DataError(
+            f"The schema types the label {label_key!r} as {type_name}, but the data holds "
+            f"{holds} there; fix the schema's type for {label_key!r}."
+        )
     kinds = dict(summary.kinds)
     wanted = {schema_pb2.INT: NUMERIC, schema_pb2.FLOAT: NUMERIC, schema_pb2.BYTES: STRING}
     for name, feature in declared.items():

@@ -130,6 +130,11 @@ def test_a_schema_drops_columns_and_declares_categories(tmp_path):
         ({"x": "FLOAT"}, "no feature for the label 'label'"),
         ({"x": "FLOAT", "y": "INT", "label": "INT"}, "names 'y', which the data does not have"),
         ({"x": "BYTES", "label": "INT"}, "types 'x' as BYTES, but the data holds numeric"),
+        # #32: a BYTES label over integers failed in the Trainer after 29 s.
+        (
+            {"x": "FLOAT", "label": "BYTES"},
+            "types the label 'label' as BYTES, but the data holds integers",
+        ),
     ],
 )
 def test_a_schema_that_disagrees_with_the_data_is_refused(tmp_path, features, message):

@@ -105,6 +105,23 @@ def test_sigterm_to_the_run_in_the_trainer_stops_it_as_ctrl_c_does(uninterrupted
     assert_same_weights(served_variables(pushed_model(rerun.stdout)), uninterrupted)
 
 
+def test_sighup_to_the_run_stops_it_as_sigterm_does(tmp_path):
+    """#32: SIGHUP (the terminal closed, no nohup) killed the run at once: exit 129, no line,
+    its temporary files and a RUNNING execution left. Now it is a stop request like SIGTERM
+    (the resumption after it is SIGTERM's test's)."""
+    out, user_tmp = tmp_path / "sighup", tmp_path / "tmp"
+    user_tmp.mkdir()
+    run = Run(out, NO_TUNE, env={"TMPDIR": str(user_tmp)})
+    run.wait_for(r"^\[trainer\] \d+/160 updates \(25%\)")
+    run.signal_process(signal.SIGHUP)
+    code, stdout, stderr = run.finish()
+    assert code == 130, stdout[-2000:] + stderr[-2000:]
+    last = stdout.splitlines()[-1]
+    assert last.startswith("[tfx-accum] interrupted: Trainer stopped by SIGHUP and marked"), last
+    assert execution_states(out)["Trainer"] == CANCELED
+    assert sorted(p.name for p in user_tmp.iterdir()) == []
+
+
 def test_a_full_disk_while_training_is_one_line_and_the_next_run_resumes(uninterrupted, tmp_path):
     """The disk fills during training (the output directory on a small tmpfs, filled while
     the run is stopped after its first epoch's backup): the run ends with one line naming

@@ -1,4 +1,4 @@
-"""Stop requests (SIGINT, SIGTERM) honoured the same way in every component.
+"""Stop requests (SIGINT, SIGTERM, SIGHUP) honoured the same way in every component.
 
 ``tfx-accum run`` stops with one line and exit code 130 when it is asked to: Ctrl-C,
 ``kill -INT PID``, or ``kill PID`` (SIGTERM, which Kubernetes and process managers send
@@ -41,7 +41,10 @@ from collections.abc import Iterator
 
 __all__ = ["handled", "ignore_further", "requested", "stop_children"]
 
-SIGNALS = (signal.SIGINT, signal.SIGTERM)
+# SIGHUP: the terminal closed. Python's default kills the process at once (exit 129, the
+# temporary files and a RUNNING execution left, #32); handled as SIGTERM, unless the run was
+# started with it ignored (``nohup``), which is kept.
+SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 # After a stop request, the run's child processes are stopped after this long even if the
 # main thread is still inside a library's cleanup: Beam's DirectRunner, interrupted while
 # its worker processes start, joins a thread that waits for them forever.
@@ -60,7 +63,8 @@ def _handler(signum, frame) -> None:
 
 @contextlib.contextmanager
 def handled() -> Iterator[None]:
-    """SIGINT and SIGTERM raise ``KeyboardInterrupt`` and are remembered, in this block.
+    """SIGINT, SIGTERM and SIGHUP raise ``KeyboardInterrupt`` and are remembered, in this
+    block (a SIGHUP that ``nohup`` ignores stays ignored).
 
     Outside the main thread (where Python cannot install handlers) it changes nothing.
     The previous handlers are restored when the block ends.
@@ -69,7 +73,11 @@ def handled() -> Iterator[None]:
         yield
         return
     _received.clear()
-    previous = {signum: signal.signal(signum, _handler) for signum in SIGNALS}
+    previous = {
+        signum: signal.signal(signum, _handler)
+        for signum in SIGNALS
+        if not (signum == signal.SIGHUP and signal.getsignal(signum) == signal.SIG_IGN)
+    }
     try:
         yield
     finally:
@@ -78,7 +86,7 @@ def handled() -> Iterator[None]:
 
 
 def ignore_further() -> None:
-    """Ignores SIGINT and SIGTERM until :func:`handled` ends (while a stop is reported)."""
+    """Ignores the stop signals until :func:`handled` ends (while a stop is reported)."""
     if threading.current_thread() is threading.main_thread():
         for signum in SIGNALS:
             signal.signal(signum, signal.SIG_IGN)
