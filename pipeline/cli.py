@@ -299,6 +299,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="where artifacts, metadata, the pushed model and reports go (default ./%(default)s)",
     )
     run.add_argument(
+        "--force",
+        action="store_true",
+        help="use an --output-dir that holds files but is no tfx-accum output (its trials.csv, "
+        "trials.png and metadata.sqlite are then written over or extended)",
+    )
+    run.add_argument(
         "--orchestrator",
         choices=("local", "beam"),
         default="local",

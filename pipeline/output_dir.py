@@ -42,10 +42,37 @@ METADATA_NAME = "metadata.sqlite"
 LOGS_NAME = "logs"
 
 
-def check(output_dir: Path) -> None:
+def check_path_characters(option: str, path: str) -> None:
+    """A path with a control character (a newline) is refused: tfx_bsl and Beam match file
+    names with patterns whose ``.`` does not match a newline (a Trainer failed with
+    ``DataLossError``, reading gzip'd files as plain, four components into the run)."""
+    bad = next((c for c in str(path) if ord(c) < 0x20 or ord(c) == 0x7F), None)
+    if bad is not None:
+        raise InputError(
+            f"{option} {str(path)!r} holds the control character {bad!r}; TFX and Beam cannot "
+            "read files under such a path: rename it."
+        )
+
+
+def check(output_dir: Path, data_root: str | None = None, force: bool = False) -> None:
     """One-line errors for an output directory that cannot be used, before anything is
     written: a missing one is not created here (:func:`claim` does, once the data is
-    checked too), only its nearest existing parent is checked for write access."""
+    checked too), only its nearest existing parent is checked for write access.
+
+    Also refused: a path with a control character; an output directory inside (or equal to)
+    ``data_root``, whose files the next run would read as data; and, unless ``force``, a
+    directory that holds files but no tfx-accum run's lock (someone else's files).
+    """
+    check_path_characters("--output-dir", str(output_dir))
+    if data_root is not None:
+        check_path_characters("--data-root", data_root)
+        root = Path(data_root).resolve()
+        if output_dir == root or root in output_dir.parents:
+            raise InputError(
+                f"--output-dir {str(output_dir)!r} is inside --data-root {str(root)!r}: the "
+                "run's files would be read as data by the next run; choose an output "
+                "directory outside the data root."
+            )
     if output_dir.exists() and not output_dir.is_dir():
         raise InputError(
             f"--output-dir {str(output_dir)!r} is a file, not a directory; "
@@ -88,6 +115,17 @@ def check(output_dir: Path) -> None:
                 f"{os.readlink(output_dir / name)!r}); tfx-accum never writes through one. "
                 "Remove it, or use an --output-dir that only you can write to."
             )
+    if (
+        not force
+        and output_dir.is_dir()
+        and not (output_dir / LOCK_NAME).exists()
+        and any(output_dir.iterdir())
+    ):
+        shown = ", ".join(sorted(p.name for p in output_dir.iterdir())[:4])
+        raise InputError(
+            f"--output-dir {str(output_dir)!r} holds files ({shown}, ...) but is no tfx-accum "
+            "output: choose a new or empty directory, or pass --force to write there anyway."
+        )
 
 
 @contextlib.contextmanager

@@ -40,7 +40,8 @@ def run(args: argparse.Namespace) -> int:
     check_model_name(args.model)
     requested = model_settings_from_args(args, args.model or settings.DEFAULT_MODEL)
     output_dir = Path(args.output_dir).resolve()
-    output_dirs.check(output_dir)  # read only: a missing one is created by claim()
+    # Read only: a missing one is created by claim().
+    output_dirs.check(output_dir, args.data_root, getattr(args, "force", False))
     # Your data is checked before anything is written (the output directory included);
     # the embedded data are written, if need be, once the directory is ours.
     if args.data_root:

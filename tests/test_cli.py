@@ -228,3 +228,69 @@ def test_a_command_runs_where_its_temporary_directory_cannot_be_made(tmp_path, m
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "missing"))
     with command_temp_dir() as path:
         assert path == str(tmp_path / "missing")
+
+
+# --- output directories that would lose or mix up files (#32): exit 2, nothing written ---
+
+
+def _data(tmp_path: Path) -> Path:
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "d.csv").write_text("a,label\n" + "".join(f"{i},{i % 2}\n" for i in range(40)))
+    return data
+
+
+def _refused(capfd, args: list[str], message: str) -> None:
+    assert main(["run", *args]) == 2
+    out, err = capfd.readouterr()
+    assert message in out + err, out + err
+    assert len([line for line in (out + err).splitlines() if "error" in line]) == 1
+
+
+def test_an_output_dir_inside_the_data_root_is_refused(tmp_path, capfd):
+    data = _data(tmp_path)
+    before = sorted(p.name for p in data.rglob("*"))
+    for out in (data, data / "out"):
+        _refused(
+            capfd,
+            ["--data-root", str(data), "--output-dir", str(out)],
+            f"--output-dir {str(out)!r} is inside --data-root",
+        )
+    assert sorted(p.name for p in data.rglob("*")) == before  # nothing written
+
+
+def test_a_path_with_a_newline_is_refused(tmp_path, capfd):
+    data = _data(tmp_path)
+    out = tmp_path / "out\nput"
+    _refused(
+        capfd,
+        ["--data-root", str(data), "--output-dir", str(out)],
+        "holds the control character '\\n'",
+    )
+    assert not out.exists()
+
+
+def test_someone_elses_directory_is_refused_unless_forced(tmp_path, capfd, monkeypatch):
+    from tfx_accum.pipeline import local_runner
+
+    data, out = _data(tmp_path), tmp_path / "mine"
+    out.mkdir()
+    (out / "trials.csv").write_text("my own results\n")
+    _refused(
+        capfd,
+        ["--data-root", str(data), "--output-dir", str(out)],
+        "holds files (trials.csv, ...) but is no tfx-accum output",
+    )
+    assert (out / "trials.csv").read_text() == "my own results\n"
+    assert sorted(p.name for p in out.iterdir()) == ["trials.csv"]
+
+    # --force: the run goes on (stopped here, where the pipeline would start).
+    def stop(**kwargs):
+        raise RuntimeError("stopped before the pipeline")
+
+    monkeypatch.setattr(local_runner, "run_local", stop)
+    assert main(["run", "--data-root", str(data), "--output-dir", str(out), "--force"]) == 1
+    assert "stopped before the pipeline" in capfd.readouterr().out
+    # Now a tfx-accum output (its lock): the next run needs no --force.
+    assert (out / ".tfx-accum.lock").exists()
+    assert main(["run", "--data-root", str(data), "--output-dir", str(out)]) == 1
