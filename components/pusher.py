@@ -9,7 +9,10 @@ into a temporary directory beside the versions, ``<base>/.incoming-<version>-<ra
 ``<base>/<version>`` only when the whole model is there. On a local filesystem the rename
 is atomic, so ``<version>`` is complete or absent; on an object store (``gs://``) the
 rename copies object by object, and the temporary prefix still keeps a partial copy from
-ever being written under the version's name. A failed copy removes the temporary directory.
+ever being written under the version's name. A failed copy removes the temporary directory;
+one left by a push that was killed (SIGKILL: no cleanup runs) is removed by the next push
+from this machine, once the process that wrote it is gone (its name holds the host and the
+process id); another machine's is left alone until it is a day old.
 
 Extended the public way TFX offers: a subclass of the Pusher component whose
 ``EXECUTOR_SPEC`` names this module's executor (as TFX's own Vertex AI Pusher does), so the
@@ -20,6 +23,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket
+import time
 import uuid
 from typing import Any
 
@@ -35,6 +40,49 @@ from tfx.utils import proto_utils
 from tfx_accum.components.atomic_files import raise_if_disk_full
 
 STAGING_PREFIX = ".incoming-"
+STALE_SECONDS = 24 * 3600  # another machine's staging directory this old is abandoned
+
+
+def _staging_name() -> str:
+    host = socket.gethostname().replace("-", "_")
+    return f"{STAGING_PREFIX}{host}-{os.getpid()}-{uuid.uuid4().hex[:12]}"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+def remove_abandoned_staging(base: str) -> list[str]:
+    """Removes the staging directories under ``base`` whose push can no longer finish."""
+    if not fileio.isdir(base):
+        return []
+    host = socket.gethostname().replace("-", "_")
+    removed = []
+    for name in fileio.listdir(base):
+        name = name.rstrip("/")
+        if not name.startswith(STAGING_PREFIX):
+            continue
+        path = os.path.join(base, name)
+        parts = name[len(STAGING_PREFIX) :].split("-")
+        if len(parts) == 3 and parts[0] == host and parts[1].isdigit():
+            abandoned = not _alive(int(parts[1]))
+        else:  # another machine's, or an older name: by age
+            try:
+                age = time.time() - fileio.stat(path).mtime_nsec / 1e9
+            except Exception:  # noqa: BLE001 - gone meanwhile, or unreadable: left alone
+                continue
+            abandoned = age > STALE_SECONDS
+        if abandoned:
+            with contextlib.suppress(Exception):
+                fileio.rmtree(path)
+                removed.append(path)
+    return removed
 
 
 class Executor(pusher_executor.Executor):
@@ -52,7 +100,8 @@ class Executor(pusher_executor.Executor):
         if destination.WhichOneof("destination") != "filesystem":
             return super().Do(input_dict, output_dict, exec_properties)
         base = destination.filesystem.base_directory
-        staging = os.path.join(base, f"{STAGING_PREFIX}{uuid.uuid4().hex[:12]}")
+        remove_abandoned_staging(base)
+        staging = os.path.join(base, _staging_name())
         destination.filesystem.base_directory = staging
         staged = {**exec_properties, key: proto_utils.proto_to_json(destination)}
         pushed = artifact_utils.get_single_instance(
