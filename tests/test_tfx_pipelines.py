@@ -144,3 +144,13 @@ def test_transform_exports_tfx_signatures_on_raw_examples(transform_run):
     del broken.features.feature["body_mass_g"]
     with pytest.raises(tf.errors.InvalidArgumentError):
         serving(examples=tf.constant([broken.SerializeToString()]))
+
+
+def test_tfxs_train_and_eval_args_keep_their_meaning_or_are_said(stock_run):
+    """TrainArgs.num_steps=100: the Trainer's optimizer updates (early stopping may end them
+    sooner: said with its reason); EvalArgs, which the Trainer does not use: said."""
+    _, root, stdout = stock_run
+    assert "[trainer] 100 optimizer updates at global batch" in stdout
+    assert "(TrainArgs.num_steps (--train-steps), with early stopping;" in stdout
+    assert "[trainer] EvalArgs.num_steps=5 is not used: validation runs on all" in stdout
+    assert "[tuner] statistics: computed by TFDV over the examples" in stdout
