@@ -81,24 +81,31 @@ def test_ctrl_c_in_the_trainer_exits_130_with_one_line_and_resumes(uninterrupted
     assert_same_weights(served_variables(pushed_model(rerun.stdout)), uninterrupted)
 
 
-def test_sigterm_to_the_run_in_the_trainer_stops_it_as_ctrl_c_does(uninterrupted, tmp_path):
-    """SIGTERM (what Kubernetes and process managers send) to the run's process alone. The
-    stopped run also removes its temporary files (pipeline/temp_dir.py): AutoGraph's
-    generated sources of the Trainer's step, which its atexit handler would delete, are
-    left otherwise."""
-    out, user_tmp = tmp_path / "sigterm-trainer", tmp_path / "tmp"
+def _stopped_in_the_trainer(tmp_path: Path, signum: signal.Signals, at: str) -> Path:
+    """A run sent ``signum`` (to its process alone) at ``at`` % of the Trainer's updates: it
+    stops with one line, exit 130, its execution CANCELED and its temporary files removed
+    (pipeline/temp_dir.py: AutoGraph's generated sources of the Trainer's step, which its
+    atexit handler would delete, are left otherwise). Returns the output directory."""
+    out, user_tmp = tmp_path / signum.name.lower(), tmp_path / "tmp"
     user_tmp.mkdir()
     run = Run(out, NO_TUNE, env={"TMPDIR": str(user_tmp)})
-    run.wait_for(r"^\[trainer\] \d+/160 updates \(50%\)")
-    run.signal_process(signal.SIGTERM)
+    run.wait_for(rf"^\[trainer\] \d+/160 updates \({at}%\)")
+    run.signal_process(signum)
     code, stdout, stderr = run.finish()
     assert code == 130, stdout[-2000:] + stderr[-2000:]
     last = stdout.splitlines()[-1]
-    assert last.startswith("[tfx-accum] interrupted: Trainer stopped by SIGTERM and marked"), last
+    stopped = f"[tfx-accum] interrupted: Trainer stopped by {signum.name} and marked"
+    assert last.startswith(stopped), last
     assert "Traceback" not in stdout + stderr
     assert execution_states(out)["Trainer"] == CANCELED
     assert sorted(p.name for p in user_tmp.iterdir()) == []
+    return out
 
+
+def test_sigterm_to_the_run_in_the_trainer_stops_it_as_ctrl_c_does(uninterrupted, tmp_path):
+    """SIGTERM (what Kubernetes and process managers send) to the run's process alone; the
+    same command then resumes from the last backup to the uninterrupted run's weights."""
+    out = _stopped_in_the_trainer(tmp_path, signal.SIGTERM, "50")
     rerun = run_to_end(out, NO_TUNE)
     assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
     assert "resuming after epoch" in rerun.stdout
@@ -109,17 +116,7 @@ def test_sighup_to_the_run_stops_it_as_sigterm_does(tmp_path):
     """#32: SIGHUP (the terminal closed, no nohup) killed the run at once: exit 129, no line,
     its temporary files and a RUNNING execution left. Now it is a stop request like SIGTERM
     (the resumption after it is SIGTERM's test's)."""
-    out, user_tmp = tmp_path / "sighup", tmp_path / "tmp"
-    user_tmp.mkdir()
-    run = Run(out, NO_TUNE, env={"TMPDIR": str(user_tmp)})
-    run.wait_for(r"^\[trainer\] \d+/160 updates \(25%\)")
-    run.signal_process(signal.SIGHUP)
-    code, stdout, stderr = run.finish()
-    assert code == 130, stdout[-2000:] + stderr[-2000:]
-    last = stdout.splitlines()[-1]
-    assert last.startswith("[tfx-accum] interrupted: Trainer stopped by SIGHUP and marked"), last
-    assert execution_states(out)["Trainer"] == CANCELED
-    assert sorted(p.name for p in user_tmp.iterdir()) == []
+    _stopped_in_the_trainer(tmp_path, signal.SIGHUP, "25")
 
 
 def test_a_full_disk_while_training_is_one_line_and_the_next_run_resumes(uninterrupted, tmp_path):
