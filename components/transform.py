@@ -1,4 +1,4 @@
-"""TFX Transform's output, as the Tuner and Trainer use it (``fn_args.transform_output``).
+"""TFX Transform's output, as the Tuner and Trainer use it (``fn_args.transform_graph_path``).
 
 With a ``transform_graph`` input, TFX's Tuner and Trainer hand the module the transform
 graph's location, and the ``examples`` are Transform's ``transformed_examples``. The
