@@ -45,6 +45,7 @@ from tfx.types import channel as channel_types
 from tfx.types.component_spec import ChannelParameter, ExecutionParameter
 from tfx.utils import json_utils
 
+from tfx_accum.components.anomalies import ANOMALIES, FAIL_ON_ANOMALIES, check_before_training
 from tfx_accum.components.data import STATISTICS_KEY
 from tfx_accum.components.multi_worker import Cluster
 from tfx_accum.components.settings import validate_positive_int
@@ -93,6 +94,7 @@ def trainer_properties(exec_properties: dict[str, Any]) -> dict[str, Any]:
 
 class TunerExecutor(tuner_executor.Executor):
     def Do(self, input_dict, output_dict, exec_properties):  # noqa: N802 - TFX's name
+        check_before_training(input_dict, exec_properties, "Tuner")
         properties = tuner_properties(with_statistics(input_dict, exec_properties))
         return super().Do(input_dict, output_dict, properties)
 
@@ -103,6 +105,7 @@ class TrainerExecutor(trainer_executor.GenericExecutor):
     temporary location (``run_fn``), so TFX's check for the exported model is the chief's."""
 
     def Do(self, input_dict, output_dict, exec_properties):  # noqa: N802 - TFX's name
+        check_before_training(input_dict, exec_properties, "Trainer")
         properties = trainer_properties(with_statistics(input_dict, exec_properties))
         if Cluster.from_env().is_chief:
             return super().Do(input_dict, output_dict, properties)
@@ -112,7 +115,12 @@ class TrainerExecutor(trainer_executor.GenericExecutor):
         return None
 
 
-_STATISTICS_INPUT = {STATISTICS: ChannelParameter(type=standard_artifacts.ExampleStatistics)}
+_STATISTICS_INPUT = {
+    STATISTICS: ChannelParameter(type=standard_artifacts.ExampleStatistics),
+    # ExampleValidator's output, for the gate of --fail-on-anomalies (components/anomalies.py)
+    ANOMALIES: ChannelParameter(type=standard_artifacts.ExampleAnomalies, optional=True),
+}
+_ANOMALIES_GATE = {FAIL_ON_ANOMALIES: ExecutionParameter(type=int, optional=True)}
 
 
 def optional_parameters(parameters: dict[str, type]) -> dict[str, ExecutionParameter]:
@@ -127,6 +135,7 @@ class TunerSpec(standard_component_specs.TunerSpec):
     PARAMETERS = {
         **standard_component_specs.TunerSpec.PARAMETERS,
         **optional_parameters(TUNER_PARAMETERS),
+        **_ANOMALIES_GATE,
     }
 
 
@@ -135,12 +144,14 @@ class TrainerSpec(standard_component_specs.TrainerSpec):
     PARAMETERS = {
         **standard_component_specs.TrainerSpec.PARAMETERS,
         **optional_parameters(TRAINER_PARAMETERS),
+        **_ANOMALIES_GATE,
     }
 
 
 class Tuner(base_component.BaseComponent):
     """TFX's Tuner (a ``tuner_fn`` by dotted path) that also receives the statistics;
-    ``run_parameters``: values (or ``RuntimeParameter`` s) of :data:`TUNER_PARAMETERS`."""
+    ``run_parameters``: values (or ``RuntimeParameter`` s) of :data:`TUNER_PARAMETERS`;
+    ``anomalies`` with ``fail_on_anomalies``: it does not start on data with anomalies."""
 
     SPEC_CLASS = TunerSpec
     EXECUTOR_SPEC = executor_spec.ExecutorClassSpec(TunerExecutor)
@@ -155,12 +166,16 @@ class Tuner(base_component.BaseComponent):
         eval_args: trainer_pb2.EvalArgs | None = None,
         custom_config: dict[str, Any] | None = None,
         run_parameters: dict[str, Any] | None = None,
+        anomalies: channel_types.BaseChannel | None = None,
+        fail_on_anomalies: bool = False,
     ):
         spec = TunerSpec(
             **_only(run_parameters, TUNER_PARAMETERS),
             examples=examples,
             schema=schema,
             statistics=statistics,
+            anomalies=anomalies,
+            fail_on_anomalies=int(fail_on_anomalies) if anomalies is not None else None,
             tuner_fn=tuner_fn,
             train_args=train_args or trainer_pb2.TrainArgs(),
             eval_args=eval_args or trainer_pb2.EvalArgs(),
@@ -173,7 +188,8 @@ class Tuner(base_component.BaseComponent):
 
 class Trainer(base_component.BaseComponent):
     """TFX's Trainer (a ``run_fn`` by dotted path) that also receives the statistics;
-    ``run_parameters``: values (or ``RuntimeParameter`` s) of :data:`TRAINER_PARAMETERS`."""
+    ``run_parameters``: values (or ``RuntimeParameter`` s) of :data:`TRAINER_PARAMETERS`;
+    ``anomalies`` with ``fail_on_anomalies``: it does not start on data with anomalies."""
 
     SPEC_CLASS = TrainerSpec
     EXECUTOR_SPEC = executor_spec.ExecutorClassSpec(TrainerExecutor)
@@ -189,12 +205,16 @@ class Trainer(base_component.BaseComponent):
         eval_args: trainer_pb2.EvalArgs | None = None,
         custom_config: dict[str, Any] | None = None,
         run_parameters: dict[str, Any] | None = None,
+        anomalies: channel_types.BaseChannel | None = None,
+        fail_on_anomalies: bool = False,
     ):
         spec = TrainerSpec(
             **_only(run_parameters, TRAINER_PARAMETERS),
             examples=examples,
             schema=schema,
             statistics=statistics,
+            anomalies=anomalies,
+            fail_on_anomalies=int(fail_on_anomalies) if anomalies is not None else None,
             hyperparameters=hyperparameters,
             run_fn=run_fn,
             train_args=train_args or trainer_pb2.TrainArgs(),

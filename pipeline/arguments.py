@@ -106,6 +106,7 @@ def pipeline_settings(args: argparse.Namespace) -> dict:
         bless_metric=args.bless_metric,
         bless_threshold=args.bless_threshold,
         parallel_trials=args.parallel_trials,
+        fail_on_anomalies=getattr(args, "fail_on_anomalies", False),  # `run`'s option
     )
 
 

@@ -299,6 +299,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="where artifacts, metadata, the pushed model and reports go (default ./%(default)s)",
     )
     run.add_argument(
+        "--fail-on-anomalies",
+        action="store_true",
+        help="stop before the Tuner and Trainer when ExampleValidator finds the data at odds "
+        "with the schema (exit 2); by default its anomalies are listed in the summary",
+    )
+    run.add_argument(
         "--force",
         action="store_true",
         help="use an --output-dir that holds files but is no tfx-accum output (its trials.csv, "

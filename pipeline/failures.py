@@ -8,6 +8,8 @@ metadata store unwritable):
   in an error of its own, see :mod:`tfx_accum.interrupts`): the processes the run started
   are stopped, this run's execution that was running (or that failed because of the
   interrupt) is marked CANCELED, one line, exit code 130;
+- **data anomalies** with ``--fail-on-anomalies`` (components/anomalies.py): one line naming
+  them, exit code 2, before anything was trained;
 - **a full disk**: one line naming ``ENOSPC`` and the path that could not be written, exit
   code 1; the next run with free space resumes (nothing half-written is trusted);
 - **anything else**: the error, the last lines of the log and the log's path, exit code 1.
@@ -21,7 +23,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from tfx_accum import console, interrupts
+from tfx_accum.components.anomalies import AnomaliesFound
 from tfx_accum.components.atomic_files import disk_full
+from tfx_accum.pipeline.config import EXIT_BAD_INPUT
 
 EXIT_FAILED, EXIT_INTERRUPTED = 1, 130
 
@@ -53,7 +57,13 @@ def interrupted(metadata: str, run_started: str, current: str | None) -> int:
 
 
 def failed(error: BaseException, log: Path | None, output_dir: Path) -> int:
-    """One line for a full disk; else the error and the log's last lines: exit code 1."""
+    """One line for a full disk (exit code 1) and for data anomalies that stopped the run
+    (``--fail-on-anomalies``: exit code 2, bad input); else the error and the log's last
+    lines: exit code 1."""
+    found = next((e for e in _chain(error) if isinstance(e, AnomaliesFound)), None)
+    if found is not None:
+        console.say(f"tfx-accum run: error: {found}")
+        return EXIT_BAD_INPUT
     full = disk_full_path(error, output_dir)
     if full is not None:
         console.say(

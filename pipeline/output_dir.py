@@ -115,17 +115,26 @@ def check(output_dir: Path, data_root: str | None = None, force: bool = False) -
                 f"{os.readlink(output_dir / name)!r}); tfx-accum never writes through one. "
                 "Remove it, or use an --output-dir that only you can write to."
             )
-    if (
-        not force
-        and output_dir.is_dir()
-        and not (output_dir / LOCK_NAME).exists()
-        and any(output_dir.iterdir())
-    ):
-        shown = ", ".join(sorted(p.name for p in output_dir.iterdir())[:4])
-        raise InputError(
-            f"--output-dir {str(output_dir)!r} holds files ({shown}, ...) but is no tfx-accum "
-            "output: choose a new or empty directory, or pass --force to write there anyway."
-        )
+    if not force and output_dir.is_dir() and not (output_dir / LOCK_NAME).exists():
+        held = _holding(output_dir)
+        if held:
+            shown = ", ".join(held[:4])
+            raise InputError(
+                f"--output-dir {str(output_dir)!r} holds files ({shown}, ...) but is no "
+                "tfx-accum output: choose a new or empty directory, or pass --force to write "
+                "there anyway."
+            )
+
+
+def _holding(directory: Path) -> list[str]:
+    """The entries of ``directory`` that hold something: files, and directories that are not
+    empty (an empty one, such as a mount point made for ``serving_model``, loses nothing)."""
+    held = []
+    for entry in sorted(directory.iterdir()):
+        if entry.is_dir() and not entry.is_symlink() and not any(entry.iterdir()):
+            continue
+        held.append(entry.name)
+    return held
 
 
 @contextlib.contextmanager

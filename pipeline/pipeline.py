@@ -87,6 +87,7 @@ def create_pipeline(
     data_format: str = "csv",
     schema_file: str | None = None,
     runtime_parameters: bool = False,
+    fail_on_anomalies: bool = False,
 ) -> Pipeline:
     """Builds the pipeline. ``metadata_path=None`` leaves ML Metadata to the orchestrator.
 
@@ -105,6 +106,8 @@ def create_pipeline(
     integers get their values counted).
     ``bless_metric``, ``bless_threshold``: what the Evaluator blesses on, for the task of
     ``model_settings`` (:func:`~tfx_accum.pipeline.evaluation.eval_config`).
+    ``fail_on_anomalies``: the Tuner and Trainer take ExampleValidator's anomalies as an
+    input and do not start when it found any (components/anomalies.py).
     ``runtime_parameters``: the data root, ``max_trials``, ``tuning_epochs``,
     ``train_steps`` and ``bless_threshold`` become ``RuntimeParameter`` s with these
     values as defaults (for a Kubeflow compile).
@@ -142,6 +145,9 @@ def create_pipeline(
     statistics = statistics_gen.outputs["statistics"]
     example_validator = ExampleValidator(statistics=statistics, schema=schema_gen.outputs["schema"])
     components.append(example_validator)
+    gate: dict[str, Any] = {}
+    if fail_on_anomalies:
+        gate = {"anomalies": example_validator.outputs["anomalies"], "fail_on_anomalies": True}
 
     best_hyperparameters = None  # the Tuner's output channel, when tuning
     if tune:
@@ -163,6 +169,7 @@ def create_pipeline(
                 "search_root": f"{pipeline_root}/_search",
                 "parallel_trials": parallel_trials,
             },
+            **gate,
         )
         best_hyperparameters = tuner.outputs["best_hyperparameters"]
         components.append(tuner)
@@ -188,6 +195,7 @@ def create_pipeline(
         train_args=trainer_pb2.TrainArgs(num_steps=train_steps),  # a run's train_steps override
         eval_args=trainer_pb2.EvalArgs(),  # validation reads the whole eval split
         custom_config=trainer_config,
+        **gate,
     )
     blessing = Blessing.for_task(
         tasks.evaluated_task(model_settings.task, model_settings.num_classes),

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from ml_metadata import metadata_store
 from ml_metadata.proto import metadata_store_pb2
 
+from tfx_accum.components.anomalies import read_anomalies
 from tfx_accum.components.settings import (
     HP_ACCUMULATION_STEPS,
     HP_LEARNING_RATE,
@@ -42,24 +43,6 @@ class RunSummary:
     best_trial_examples: int | None = None  # the Tuner's decision: the best trial's budget
     # ExampleValidator's anomalies: (split, feature, what), one per anomaly; None: no report
     anomalies: list[tuple[str, str, str]] | None = None
-
-
-def read_anomalies(uri: str) -> list[tuple[str, str, str]]:
-    """``(split, feature, short description)`` of every anomaly ExampleValidator recorded
-    (``Split-<name>/SchemaDiff.pb``, TFDV's ``Anomalies`` proto per split)."""
-    from tensorflow_metadata.proto.v0 import anomalies_pb2
-
-    found = []
-    for path in sorted(Path(uri).glob("Split-*/SchemaDiff.pb")):
-        split = path.parent.name.removeprefix("Split-")
-        anomalies = anomalies_pb2.Anomalies.FromString(path.read_bytes())
-        for feature, info in sorted(anomalies.anomaly_info.items()):
-            what = info.short_description or info.description or "anomaly"
-            found.append((split, feature, what))
-        if anomalies.HasField("dataset_anomaly_info"):
-            info = anomalies.dataset_anomaly_info
-            found.append((split, "(dataset)", info.short_description or info.description))
-    return found
 
 
 def _run_outputs(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from tfx_accum.pipeline.report import RunSummary, read_anomalies
 from tfx_accum.pipeline.summary import summary_lines
@@ -60,3 +61,43 @@ def _blessing():
     from tfx_accum.components.settings import Blessing
 
     return Blessing.for_task(tasks.MULTICLASS)
+
+
+def _run_with_a_narrow_schema(tmp_path, *extra: str):
+    """The command on data up to 1.0 with a --schema that gives `a` the range [0, 0.1]."""
+    from reliability_runs import NO_TUNE, run_to_end
+
+    data = tmp_path / "data"
+    data.mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    a, b = rng.uniform(0, 1, 300), rng.uniform(0, 1, 300)
+    rows = "".join(f"{x:.4f},{y:.4f},{int(x + y > 1)}\n" for x, y in zip(a, b))
+    (data / "d.csv").write_text("a,b,label\n" + rows)
+    schema = tmp_path / "schema.pbtxt"
+    schema.write_text(
+        'feature { name: "a" type: FLOAT float_domain { min: 0.0 max: 0.1 } }\n'
+        'feature { name: "b" type: FLOAT }\n'
+        'feature { name: "label" type: INT }\n'
+    )
+    args = ["--data-root", str(data), "--schema", str(schema), *NO_TUNE, *extra]
+    return run_to_end(tmp_path / "out", args)
+
+
+@pytest.mark.e2e
+def test_a_run_lists_the_anomalies_and_with_fail_on_anomalies_stops_before_training(tmp_path):
+    from reliability_runs import execution_states
+
+    listed = _run_with_a_narrow_schema(tmp_path / "listed")
+    assert listed.returncode == 0, listed.stdout[-3000:] + listed.stderr[-3000:]
+    lines = listed.stdout.splitlines()
+    assert "data anomalies: 2 (ExampleValidator, against the schema):" in lines
+    assert any(line.startswith("  a: ") and line.endswith("(train split)") for line in lines)
+
+    stopped = _run_with_a_narrow_schema(tmp_path / "stopped", "--fail-on-anomalies")
+    assert stopped.returncode == 2, stopped.stdout[-3000:] + stopped.stderr[-3000:]
+    (line,) = [x for x in stopped.stdout.splitlines() if x.startswith("tfx-accum run: error:")]
+    assert "data anomalies (ExampleValidator, against the schema): a: " in line
+    assert "the Trainer did not start, as --fail-on-anomalies asks" in line
+    states = execution_states(tmp_path / "stopped" / "out")
+    assert states.get("Trainer") != 3 and "Pusher" not in states  # 3: COMPLETE
+    assert "pushed to:" not in stopped.stdout

@@ -274,7 +274,10 @@ def test_someone_elses_directory_is_refused_unless_forced(tmp_path, capfd, monke
     from tfx_accum.pipeline import local_runner
 
     data, out = _data(tmp_path), tmp_path / "mine"
-    out.mkdir()
+    (out / "serving_model").mkdir(parents=True)  # an empty mount point loses nothing
+    from tfx_accum.pipeline.output_dir import check
+
+    check(out.resolve(), str(data))
     (out / "trials.csv").write_text("my own results\n")
     _refused(
         capfd,
@@ -282,7 +285,7 @@ def test_someone_elses_directory_is_refused_unless_forced(tmp_path, capfd, monke
         "holds files (trials.csv, ...) but is no tfx-accum output",
     )
     assert (out / "trials.csv").read_text() == "my own results\n"
-    assert sorted(p.name for p in out.iterdir()) == ["trials.csv"]
+    assert sorted(p.name for p in out.iterdir()) == ["serving_model", "trials.csv"]
 
     # --force: the run goes on (stopped here, where the pipeline would start).
     def stop(**kwargs):
