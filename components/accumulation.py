@@ -139,7 +139,8 @@ class GradientAccumulationModel(keras.Model):
 
     Args:
         gradient_accumulation_steps: int >= 1, the number of micro-batches each step is cut
-            into. ``1`` is plain Keras training.
+            into. ``1`` (the default) is plain Keras training; a copy made by
+            ``keras.models.clone_model`` keeps the original's (and its reductions).
         add_loss_reduction: ``"mean"`` or ``"sum"``: how values that layers add with
             ``add_loss`` in ``call()`` (other than activity regularizers) grow with the
             batch. ``"mean"`` is right for a mean over the samples (a VAE's KL term) and
@@ -176,12 +177,23 @@ class GradientAccumulationModel(keras.Model):
     def __init__(
         self,
         *args,
-        gradient_accumulation_steps: int = 1,
+        gradient_accumulation_steps: int | None = None,
         add_loss_reduction: str | None = None,
         compute_loss_reduction: str | None = None,
         **kwargs,
     ):
         super().__init__(*args, **kwargs)
+        if gradient_accumulation_steps is None:
+            # keras.models.clone_model builds the clone as `model.__class__(inputs, outputs,
+            # name=...)`, which passes none of this class's arguments: the clone takes them
+            # from the model it copies (else it would train on whole batches, silently).
+            source = adapter.model_being_cloned()
+            if isinstance(source, GradientAccumulationModel):
+                gradient_accumulation_steps = source.gradient_accumulation_steps
+                add_loss_reduction = add_loss_reduction or source.add_loss_reduction
+                compute_loss_reduction = compute_loss_reduction or source.compute_loss_reduction
+            else:
+                gradient_accumulation_steps = 1
         self._steps_value = 1
         self.gradient_accumulation_steps = gradient_accumulation_steps
         self.add_loss_reduction = _validate_reduction("add_loss_reduction", add_loss_reduction)

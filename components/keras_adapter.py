@@ -17,6 +17,9 @@ Keras is here, each with a comment saying why:
 - ``keras.src.models.functional.Functional`` and ``functional_init_arguments``: to build
   functional instances of GradientAccumulationModel without letting Keras rewrite the
   class's bases (see ``functional_variant``).
+- ``keras.src.models.cloning._clone_functional_model``'s frame: the model that
+  ``clone_model`` copies, whose accumulation settings the clone must keep
+  (``model_being_cloned``).
 - How Keras 3's TensorFlow trainer calls ``Strategy.reduce`` (``_maybe_symbolic_build``,
   ``reduce_per_replica``), which fails across several workers:
   ``MultiWorkerMirroredStrategy`` answers those two calls as they are meant (see
@@ -56,6 +59,7 @@ __all__ = [
     "is_functional_call",
     "keras_mask",
     "loss_tracker",
+    "model_being_cloned",
     "per_output_loss_metrics",
     "has_compiled_metrics",
     "self_check",
@@ -364,6 +368,28 @@ def functional_variant(cls: type) -> type:
         )
         _VARIANTS[cls] = variant
     return variant
+
+
+# ------------------------------------------------------------------ cloning
+
+
+def model_being_cloned() -> Any:
+    """The model ``keras.models.clone_model`` is copying, when called from inside it.
+
+    Keras 3 (``keras.src.models.cloning._clone_functional_model``, 3.8 to 3.12) builds a
+    functional clone as ``model.__class__(inputs, outputs, name=model.name)``: a subclass's
+    own constructor arguments are not passed, and no public hook hands them over. The
+    caller's frame holds the model as ``model``. None outside a clone.
+    """
+    import sys
+
+    frame = sys._getframe(1)
+    while frame is not None:
+        code = frame.f_code
+        if code.co_name == "_clone_functional_model" and code.co_filename.endswith("cloning.py"):
+            return frame.f_locals.get("model")
+        frame = frame.f_back
+    return None
 
 
 # ------------------------------------------------------------------ self-check

@@ -315,6 +315,28 @@ def test_bad_accumulation_steps_name_the_argument(value, error):
     assert repr(value) in str(info.value) or str(value) in str(info.value)
 
 
+def test_clone_model_keeps_the_accumulation_settings_and_trains_the_same():
+    """#30: keras.models.clone_model built the copy with k=1 (Keras passes only inputs,
+    outputs and name), so the clone trained on whole batches without a word."""
+    x, y, sw = classification_data(n=70)
+    keras.utils.set_random_seed(0)
+    original = GradientAccumulationModel.from_model(
+        dense_classifier(), gradient_accumulation_steps=4, add_loss_reduction="sum"
+    )
+    clone = keras.models.clone_model(original)
+    assert isinstance(clone, GradientAccumulationModel)
+    assert clone.gradient_accumulation_steps == 4 and clone.add_loss_reduction == "sum"
+    clone.set_weights(original.get_weights())
+    for model in (original, clone):
+        model.compile(optimizer=keras.optimizers.SGD(0.1), loss="sparse_categorical_crossentropy")
+        model.fit(x, y, sample_weight=sw, batch_size=32, epochs=2, shuffle=False, verbose=0)
+    assert max_abs_diff(original.get_weights(), clone.get_weights()) < 1e-6
+    # An explicit k still wins, and a model built outside a clone defaults to 1.
+    inputs = keras.Input((8,))
+    plain = GradientAccumulationModel(inputs, keras.layers.Dense(3)(inputs))
+    assert plain.gradient_accumulation_steps == 1
+
+
 def test_from_model_wraps_sequential_and_shares_weights():
     seq = keras.Sequential([keras.Input((8,)), keras.layers.Dense(3)])
     ga = GradientAccumulationModel.from_model(seq, gradient_accumulation_steps=2)
