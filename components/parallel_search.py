@@ -15,7 +15,9 @@ loads the data, rebuilds the same tuner and runs trials until the oracle says st
   GPUs (the chief, the memory probe, the workers) grows its GPU memory as it needs it
   (:func:`share_gpus`), instead of TensorFlow's default of taking it all.
 - **Faults**: a worker that dies (killed, out of host memory) fails only the trial it was
-  running, and a replacement takes over while trials remain. Workers die with their chief
+  running, and a replacement takes over while trials remain; so does one that uses no CPU
+  time for ``worker_stall_seconds`` (600 by default: stopped with ``kill -STOP``, or hung),
+  which is killed with a line (:class:`StallWatch`). Workers die with their chief
   (:func:`die_with_chief`: the kernel's parent-death signal, and a watchdog on the chief's
   pid), so a killed Tuner pod or process leaves none behind.
 - **Only our workers**: the oracle's port takes requests that carry this search's token
@@ -61,6 +63,9 @@ TOKEN_ENV = "TFX_ACCUM_ORACLE_TOKEN"  # the search's secret, in each worker's en
 CHIEF_PID_ENV = "TFX_ACCUM_CHIEF_PID"  # a worker exits when this process is gone
 GROWTH_ENV = "TF_FORCE_GPU_ALLOW_GROWTH"  # TensorFlow: allocate GPU memory as needed
 _POLL_SECONDS = 0.2
+# A worker that uses no CPU time for this long (kill -STOP, a hang) is killed: its trial
+# fails and a replacement goes on. custom_config[STALL_KEY] changes it.
+STALL_KEY, STALL_SECONDS = "worker_stall_seconds", 600.0
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
@@ -233,8 +238,36 @@ def _relay(stream, prefix: str) -> None:
     stream.close()
 
 
+def cpu_ticks(pid: int) -> int | None:
+    """CPU time (clock ticks) of process ``pid`` and its waited-for children, from /proc."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            fields = handle.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return sum(int(v) for v in fields[11:15])  # utime, stime, cutime, cstime
+
+
+class StallWatch:
+    """Says when a process has used no CPU time for ``seconds``: stopped (``kill -STOP``)
+    or hung. A worker at work, or polling its oracle, always spends some."""
+
+    def __init__(self, pid: int, seconds: float):
+        self.pid, self.seconds = pid, seconds
+        self._ticks, self._since = cpu_ticks(pid), time.monotonic()
+
+    def stalled(self) -> bool:
+        ticks = cpu_ticks(self.pid)
+        if ticks != self._ticks:
+            self._ticks, self._since = ticks, time.monotonic()
+            return False
+        return time.monotonic() - self._since > self.seconds
+
+
 class _Worker:
-    def __init__(self, index: int, spec_path: str, env: dict[str, str], gpu: int | None):
+    def __init__(
+        self, index: int, spec_path: str, env: dict[str, str], gpu: int | None, stall: float
+    ):
         self.index, self.tuner_id, self.gpu = index, env[_TUNER_ID], gpu
         self.process = subprocess.Popen(
             [sys.executable, "-m", "tfx_accum.components.tuner_worker", spec_path],
@@ -242,6 +275,7 @@ class _Worker:
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
         )
+        self.watch = StallWatch(self.process.pid, stall)
         self.relay = threading.Thread(
             target=_relay, args=(self.process.stdout, f"w{index}"), daemon=True
         )
@@ -281,12 +315,13 @@ def run_workers(tuner, workers: int, spec: dict[str, Any]) -> None:
     )
     slots = GpuSlots(gpus)
     threads = max(1, cpus // workers)
+    config = spec["fn_args"].get("custom_config") or {}
+    stall = float(config.get(STALL_KEY, STALL_SECONDS))
 
     def start(index: int) -> _Worker:
         gpu = slots.take(index)
-        return _Worker(
-            index, spec_path, worker_env(index, port, gpu, threads, token, os.getpid()), gpu
-        )
+        env = worker_env(index, port, gpu, threads, token, os.getpid())
+        return _Worker(index, spec_path, env, gpu, stall)
 
     running = [start(i) for i in range(workers)]
     started, deaths, stopped = workers, 0, False
@@ -296,6 +331,12 @@ def run_workers(tuner, workers: int, spec: dict[str, Any]) -> None:
             for worker in list(running):
                 code = worker.process.poll()
                 if code is None:
+                    if worker.watch.stalled():  # stopped or hung: its trial fails, not the run
+                        console.say(
+                            f"[tuner] worker {worker.index} used no CPU for {stall:g} s "
+                            f"(stopped or hung; custom_config {STALL_KEY!r}): killed"
+                        )
+                        worker.process.kill()
                     continue
                 running.remove(worker)
                 slots.release(worker.index)

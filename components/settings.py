@@ -75,6 +75,7 @@ MODULE_CONFIG_KEYS = {
     "search_space": "the Tuner's search space (SearchSpace.to_config())",
     "search_root": "where the Tuner keeps its search, so that a rerun continues it",
     "parallel_trials": "trials the Tuner runs at a time",
+    "worker_stall_seconds": "how long a parallel Tuner worker may use no CPU before it is killed",
     "hyperparameters": "the Trainer's hyperparameters when there is no Tuner",
     "backup_root": "where the Trainer backs up its training state",
     "seed": "the search's seed, for the Trainer's initial weights and data order",

@@ -212,3 +212,28 @@ def test_the_chief_and_its_children_grow_gpu_memory_as_needed(monkeypatch):
         text=True,
     )
     assert child.stdout.strip() == "true"
+
+
+def test_a_stopped_worker_is_told_from_a_working_one():
+    """#32: a worker stopped with `kill -STOP` hung the search without a line; the chief now
+    kills a worker that uses no CPU time for worker_stall_seconds (its trial fails)."""
+    from tfx_accum.components.parallel_search import StallWatch
+
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        watch = StallWatch(busy.pid, seconds=1.0)
+        deadline = time.monotonic() + 2.5
+        while time.monotonic() < deadline:
+            assert not watch.stalled()  # working: its CPU time grows
+            time.sleep(0.2)
+        busy.send_signal(signal.SIGSTOP)
+        time.sleep(0.3)
+        watch.stalled()  # the last ticks before the stop
+        time.sleep(1.5)
+        assert watch.stalled()  # stopped: no CPU time for more than a second
+        busy.send_signal(signal.SIGCONT)
+        time.sleep(0.3)
+        assert not watch.stalled()
+    finally:
+        busy.kill()
+        busy.wait()
