@@ -44,9 +44,10 @@ def run_tuner_component(
     parallel_trials: int = 1,
     model: str = "cnn",
     num_classes: int = 10,
+    custom_config: dict[str, Any] | None = None,
 ) -> TunerResult:
     """Runs the Tuner's executor (tfx_accum's: TFX's, with the statistics) on ``run_dir``'s
-    newest examples, statistics and schema, in ``work_dir``."""
+    newest examples, statistics and schema, in ``work_dir``; ``custom_config``: more keys."""
     from tfx.dsl.components.base.base_executor import BaseExecutor
     from tfx.types import standard_artifacts
 
@@ -73,6 +74,7 @@ def run_tuner_component(
         "search_space": space.to_config(),
         "search_root": str(work_dir / "search"),
         "parallel_trials": parallel_trials,
+        **(custom_config or {}),
     }
     context = BaseExecutor.Context(tmp_dir=str(work_dir / "tmp"), unique_id="tuner")
     start = time.monotonic()

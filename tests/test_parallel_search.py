@@ -3,6 +3,7 @@ they die with their chief (a real SIGKILL of a real chief)."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -237,3 +238,54 @@ def test_a_stopped_worker_is_told_from_a_working_one():
     finally:
         busy.kill()
         busy.wait()
+
+
+STALLING_CHIEF = """
+import sys
+from pathlib import Path
+from bench.tuner_component import run_tuner_component
+from tfx_accum.components.search_space import SearchSpace
+space = SearchSpace(accumulation_steps_choices=(1, 2), micro_batch_choices=(16, 32),
+                    learning_rate_min=1e-4, learning_rate_max=1e-1, learning_rate_step=10,
+                    algorithm="random", max_trials=4, tuning_epochs=2)
+run_tuner_component(Path(sys.argv[1]), Path(sys.argv[2]), space, parallel_trials=2,
+                    custom_config={"worker_stall_seconds": 8})
+"""
+
+
+@pytest.mark.e2e
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_a_worker_stopped_with_sigstop_is_killed_and_the_search_goes_on(first_run, tmp_path):
+    """#32: `kill -STOP` on a worker hung the search without a line. The chief kills it after
+    worker_stall_seconds of no CPU time, its trial fails, and the search finishes."""
+    chief = subprocess.Popen(
+        [sys.executable, "-c", STALLING_CHIEF, str(first_run[0]), str(tmp_path)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 300
+        workers: list[int] = []
+        while time.monotonic() < deadline and chief.poll() is None:
+            workers = _children(chief.pid)
+            if len(workers) == 2 and list(tmp_path.glob("search/*/*/trial_*/trial.json")):
+                break
+            time.sleep(0.2)
+        assert len(workers) == 2, "the workers did not start into their trials"
+        stopped = workers[0]
+        os.kill(stopped, signal.SIGSTOP)
+        out, _ = chief.communicate(timeout=600)
+    finally:
+        if chief.poll() is None:
+            chief.kill()
+    assert chief.returncode == 0, out[-3000:]
+    assert not _alive(stopped)
+    assert (
+        "used no CPU for 8 s (stopped or hung; custom_config 'worker_stall_seconds'): killed"
+        in (out)
+    )
+    trials = [json.loads(p.read_text()) for p in tmp_path.glob("search/*/*/trial_*/trial.json")]
+    statuses = sorted(t["status"] for t in trials)
+    assert statuses.count("FAILED") >= 1 and statuses.count("COMPLETED") >= 2, statuses
