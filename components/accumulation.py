@@ -93,6 +93,14 @@ class _Step:
         self.local_n: tf.Tensor | None = None
 
 
+class _DefaultSteps(int):
+    """The default ``gradient_accumulation_steps`` (1), told apart from an explicit 1: a
+    copy made by ``keras.models.clone_model`` takes the original's instead."""
+
+
+_DEFAULT_STEPS = _DefaultSteps(1)
+
+
 @keras.saving.register_keras_serializable(package="tfx_accum")
 class GradientAccumulationModel(keras.Model):
     """A ``keras.Model`` whose every ``fit`` step accumulates over micro-batches.
@@ -177,13 +185,13 @@ class GradientAccumulationModel(keras.Model):
     def __init__(
         self,
         *args,
-        gradient_accumulation_steps: int | None = None,
+        gradient_accumulation_steps: int = _DEFAULT_STEPS,
         add_loss_reduction: str | None = None,
         compute_loss_reduction: str | None = None,
         **kwargs,
     ):
         super().__init__(*args, **kwargs)
-        if gradient_accumulation_steps is None:
+        if gradient_accumulation_steps is _DEFAULT_STEPS:
             # keras.models.clone_model builds the clone as `model.__class__(inputs, outputs,
             # name=...)`, which passes none of this class's arguments: the clone takes them
             # from the model it copies (else it would train on whole batches, silently).
