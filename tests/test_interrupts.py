@@ -1,0 +1,36 @@
+"""Which signals stop a run (tfx_accum/interrupts.py), in this process's main thread."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+
+from tfx_accum import interrupts
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+def test_each_stop_signal_raises_keyboard_interrupt_and_is_remembered(signum):
+    previous = signal.signal(signal.SIGHUP, signal.SIG_DFL)  # as from a terminal
+    try:
+        with interrupts.handled():
+            with pytest.raises(KeyboardInterrupt):
+                os.kill(os.getpid(), signum)
+                signal.sigtimedwait([], 0.1)  # let the handler run
+            assert interrupts.requested() == signum.name
+    finally:
+        signal.signal(signal.SIGHUP, previous)
+
+
+def test_a_sighup_that_nohup_ignores_stays_ignored():
+    """`nohup tfx-accum run ...`: the user asked the run to outlive the terminal."""
+    previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        with interrupts.handled():
+            assert signal.getsignal(signal.SIGHUP) == signal.SIG_IGN
+            os.kill(os.getpid(), signal.SIGHUP)  # ignored: nothing raised
+            assert interrupts.requested() is None
+        assert signal.getsignal(signal.SIGHUP) == signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGHUP, previous)
