@@ -167,6 +167,18 @@ def _alive(pid: int) -> bool:
     return not state.split(":", 1)[1].strip().startswith("Z")
 
 
+def _two_workers_in_trials(chief: subprocess.Popen, tmp_path: Path) -> list[int]:
+    """The chief's two worker pids, once both run and a trial has started (5 min at most)."""
+    deadline, workers = time.monotonic() + 300, []
+    while time.monotonic() < deadline and chief.poll() is None:
+        workers = _children(chief.pid)
+        if len(workers) == 2 and list(tmp_path.glob("search/*/*/trial_*/trial.json")):
+            break
+        time.sleep(0.2)
+    assert len(workers) == 2, "the workers did not start into their trials"
+    return workers
+
+
 @pytest.mark.e2e
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_workers_die_with_their_chief(first_run, tmp_path):
@@ -179,13 +191,7 @@ def test_workers_die_with_their_chief(first_run, tmp_path):
     )
     workers: list[int] = []
     try:
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline and chief.poll() is None:
-            workers = _children(chief.pid)
-            if len(workers) == 2 and list(tmp_path.glob("search/*/*/trial_*/trial.json")):
-                break
-            time.sleep(0.2)
-        assert len(workers) == 2, "the workers did not start into their trials"
+        workers = _two_workers_in_trials(chief, tmp_path)
         time.sleep(1.0)  # both are training
         chief.send_signal(signal.SIGKILL)
         chief.wait()
@@ -266,14 +272,7 @@ def test_a_worker_stopped_with_sigstop_is_killed_and_the_search_goes_on(first_ru
         text=True,
     )
     try:
-        deadline = time.monotonic() + 300
-        workers: list[int] = []
-        while time.monotonic() < deadline and chief.poll() is None:
-            workers = _children(chief.pid)
-            if len(workers) == 2 and list(tmp_path.glob("search/*/*/trial_*/trial.json")):
-                break
-            time.sleep(0.2)
-        assert len(workers) == 2, "the workers did not start into their trials"
+        workers = _two_workers_in_trials(chief, tmp_path)
         stopped = workers[0]
         os.kill(stopped, signal.SIGSTOP)
         out, _ = chief.communicate(timeout=600)
@@ -288,4 +287,6 @@ def test_a_worker_stopped_with_sigstop_is_killed_and_the_search_goes_on(first_ru
     )
     trials = [json.loads(p.read_text()) for p in tmp_path.glob("search/*/*/trial_*/trial.json")]
     statuses = sorted(t["status"] for t in trials)
-    assert statuses.count("FAILED") >= 1 and statuses.count("COMPLETED") >= 2, statuses
+    # The stopped worker's trial failed (if it was inside one: it may have been between two);
+    # none is left running, and the other worker finished the search.
+    assert set(statuses) <= {"COMPLETED", "FAILED"} and statuses.count("COMPLETED") >= 2, statuses
