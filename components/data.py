@@ -98,9 +98,12 @@ def split_statistics(
             evaluation = None
         return train, evaluation
     start = time.monotonic()
-    train = SplitStatistics.compute(list(fn_args.train_files), schema)
+    splits = {"train": list(fn_args.train_files)}
     eval_files = list(getattr(fn_args, "eval_files", None) or [])
-    evaluation = SplitStatistics.compute(eval_files, schema) if eval_files else None
+    if eval_files:
+        splits["eval"] = eval_files
+    computed = SplitStatistics.compute(splits, schema)  # one Beam pipeline for both
+    train, evaluation = computed["train"], computed.get("eval")
     name = component.capitalize()
     why = (
         "StatisticsGen's describe the raw examples, the model gets Transform's"

@@ -43,9 +43,13 @@ STAGING_PREFIX = ".incoming-"
 STALE_SECONDS = 24 * 3600  # another machine's staging directory this old is abandoned
 
 
+def _host() -> str:
+    """This machine's name as a staging directory's name holds it (no ``-``: the separator)."""
+    return socket.gethostname().replace("-", "_")
+
+
 def _staging_name() -> str:
-    host = socket.gethostname().replace("-", "_")
-    return f"{STAGING_PREFIX}{host}-{os.getpid()}-{uuid.uuid4().hex[:12]}"
+    return f"{STAGING_PREFIX}{_host()}-{os.getpid()}-{uuid.uuid4().hex[:12]}"
 
 
 def _alive(pid: int) -> bool:
@@ -62,7 +66,7 @@ def remove_abandoned_staging(base: str) -> list[str]:
     """Removes the staging directories under ``base`` whose push can no longer finish."""
     if not fileio.isdir(base):
         return []
-    host = socket.gethostname().replace("-", "_")
+    host = _host()
     removed = []
     for name in fileio.listdir(base):
         name = name.rstrip("/")

@@ -57,12 +57,14 @@ class SplitStatistics:
         )
 
     @classmethod
-    def compute(cls, file_patterns: list[str], schema) -> SplitStatistics:
-        """The same statistics, computed by TFDV over a split's examples (gzip'd TFRecords
-        of ``tf.Example``, as ExampleGen and Transform write them), typed by ``schema``.
+    def compute(cls, splits: dict[str, list[str]], schema) -> dict[str, SplitStatistics]:
+        """The same statistics, computed by TFDV over each split's examples (gzip'd
+        TFRecords of ``tf.Example``, as ExampleGen and Transform write them), typed by
+        ``schema``: ``{split: its file patterns}`` in, ``{split: statistics}`` out.
 
         For TFX's stock Tuner and Trainer, which hand the module no StatisticsGen output:
-        TFDV is what StatisticsGen runs, on Beam's DirectRunner in this process.
+        TFDV is what StatisticsGen runs, here in one Beam pipeline (DirectRunner, this
+        process) for all the splits.
         """
         import tempfile
 
@@ -70,21 +72,25 @@ class SplitStatistics:
         import tensorflow_data_validation as tfdv
         from tfx_bsl.public import tfxio
 
-        source = tfxio.TFExampleRecord(file_pattern=list(file_patterns), schema=schema)
         options = tfdv.StatsOptions(schema=schema)
         with tempfile.TemporaryDirectory(prefix="tfx-accum-stats-") as directory:
-            path = os.path.join(directory, _BINARY)
             with beam.Pipeline() as pipeline:
-                _ = (
-                    pipeline
-                    | "Read" >> source.BeamSource()
-                    | "Statistics" >> tfdv.GenerateStatistics(options)
-                    | "Write" >> tfdv.WriteStatisticsToBinaryFile(path)
-                )
-            stats = statistics_pb2.DatasetFeatureStatisticsList()
-            with open(path, "rb") as handle:
-                stats.ParseFromString(handle.read())
-        return cls.from_proto(stats)
+                for split, patterns in splits.items():
+                    source = tfxio.TFExampleRecord(file_pattern=list(patterns), schema=schema)
+                    _ = (
+                        pipeline
+                        | f"Read[{split}]" >> source.BeamSource()
+                        | f"Statistics[{split}]" >> tfdv.GenerateStatistics(options)
+                        | f"Write[{split}]"
+                        >> tfdv.WriteStatisticsToBinaryFile(os.path.join(directory, split))
+                    )
+            result = {}
+            for split in splits:
+                stats = statistics_pb2.DatasetFeatureStatisticsList()
+                with open(os.path.join(directory, split), "rb") as handle:
+                    stats.ParseFromString(handle.read())
+                result[split] = cls.from_proto(stats)
+        return result
 
     def feature(self, name: str) -> statistics_pb2.FeatureNameStatistics | None:
         return self.features.get(name)
