@@ -34,3 +34,26 @@ def test_a_sighup_that_nohup_ignores_stays_ignored():
         assert signal.getsignal(signal.SIGHUP) == signal.SIG_IGN
     finally:
         signal.signal(signal.SIGHUP, previous)
+
+
+def test_the_childrens_watchdog_ends_with_the_block(monkeypatch):
+    """A stop request arms a watchdog that stops this process's children if the main thread
+    hangs in a library's cleanup. Once the block has ended the stop was dealt with: a child
+    started afterwards (by a long-lived caller, such as a test session) is left alone. It was
+    SIGTERMed 5 s later, failing an unrelated test in CI."""
+    import subprocess
+    import sys
+    import time
+
+    monkeypatch.setattr(interrupts, "CHILDREN_GRACE_SECONDS", 0.5)
+    with interrupts.handled():
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGTERM)
+            signal.sigtimedwait([], 0.1)
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        time.sleep(1.5)  # three times the grace
+        assert child.poll() is None, f"the child was stopped: {child.returncode}"
+    finally:
+        child.kill()
+        child.wait()

@@ -50,6 +50,9 @@ SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 # its worker processes start, joins a thread that waits for them forever.
 CHILDREN_GRACE_SECONDS = 5.0
 _received: list[int] = []
+# The watchdog started by the first stop request; cancelled when :func:`handled` ends, so it
+# never stops processes started after the stop was dealt with (a long-lived caller's, #37).
+_watchdogs: list[threading.Timer] = []
 
 
 def _handler(signum, frame) -> None:
@@ -57,6 +60,7 @@ def _handler(signum, frame) -> None:
         watchdog = threading.Timer(CHILDREN_GRACE_SECONDS, stop_children)
         watchdog.daemon = True
         watchdog.start()
+        _watchdogs.append(watchdog)
     _received.append(signum)
     raise KeyboardInterrupt(signal.Signals(signum).name)
 
@@ -81,6 +85,8 @@ def handled() -> Iterator[None]:
     try:
         yield
     finally:
+        while _watchdogs:
+            _watchdogs.pop().cancel()
         for signum, handler in previous.items():
             signal.signal(signum, handler)
 
