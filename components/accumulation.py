@@ -77,7 +77,7 @@ class _Step:
     def __init__(self, samples: tf.Tensor, denominators: dict[int, tf.Tensor]):
         self.samples = samples  # the whole (global) batch's sample count, float32
         self.denominators = denominators  # output index -> global denominator
-        self.activity_ids: set[int] = set()
+        self.activity_kinds: dict[int, str] = {}
         self.collecting = False
         self.share: tf.Tensor | None = None  # micro-batch samples / whole batch samples
         self.super_called = False
@@ -412,8 +412,9 @@ class GradientAccumulationModel(keras.Model):
         user_reduction = self.add_loss_reduction
         for loss in adapter.added_losses(self):
             value = tf.cast(tf.reduce_sum(loss), tf.float32)
-            if id(loss) in step.activity_ids:
-                total += value  # activity regularizers are sums over the batch
+            activity = step.activity_kinds.get(id(loss))
+            if activity is not None:  # an activity regularizer's: a sum or a mean (Keras 3.15)
+                total += value if activity == adapter.SUM else value * step.share
                 continue
             if user_reduction is None:
                 self._warn_once(
@@ -515,9 +516,11 @@ class GradientAccumulationModel(keras.Model):
         self._refuse_synchronized_batch_normalization()
         if self._steps_value > 1:
             self._warn_if_batch_normalization()
-        with adapter.recording_activity_losses(self) as activity_ids:
+        with adapter.recording_activity_losses(self) as activity_kinds:
             try:
-                return self._accumulation_step(x, y, sample_weight, trainable, activity_ids, static)
+                return self._accumulation_step(
+                    x, y, sample_weight, trainable, activity_kinds, static
+                )
             finally:
                 self._step = None
 
@@ -527,7 +530,7 @@ class GradientAccumulationModel(keras.Model):
             return tf.constant(self._steps_value, tf.int32)
         return variable.read_value()
 
-    def _accumulation_step(self, x, y, sample_weight, trainable, activity_ids, static):
+    def _accumulation_step(self, x, y, sample_weight, trainable, activity_kinds, static):
         replicas = tf.distribute.get_strategy().num_replicas_in_sync
         replica_ctx = tf.distribute.get_replica_context()
 
@@ -546,7 +549,7 @@ class GradientAccumulationModel(keras.Model):
             schedule = micro_batches.DynamicSchedule(structures, n, self._steps_tensor())
         step = _Step(all_sum(tf.cast(n, tf.float32)), self._global_denominators(schedule, all_sum))
         step.static_n = getattr(micro_batches.first_leaf(x), "shape", [None])[0]
-        step.activity_ids = activity_ids
+        step.activity_kinds = activity_kinds
         self._step = step
         # Metrics are updated once per step with the whole batch's predictions (any metric
         # then equals plain Keras's); they are kept only where a metric needs them.

@@ -29,6 +29,9 @@ wherever the Evaluator runs (Beam's DirectRunner, a Kubeflow pod).
 
 from __future__ import annotations
 
+from tfx_accum import needs_tfx  # noqa: F401 - first: without the tfx extra, one line
+
+# isort: split
 import collections
 import dataclasses
 from collections.abc import Iterable

@@ -26,6 +26,9 @@ so a schema edited in place is imported again.
 
 from __future__ import annotations
 
+from tfx_accum import needs_tfx  # noqa: F401 - first: without the tfx extra, one line
+
+# isort: split
 import hashlib
 import json
 import os

@@ -17,6 +17,9 @@ history = hypermodel.fit(hp, model)   # one trial
 
 from __future__ import annotations
 
+from tfx_accum import needs_tfx  # noqa: F401 - first: without the tfx extra, one line
+
+# isort: split
 import keras
 import keras_tuner
 import tensorflow as tf

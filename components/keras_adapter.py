@@ -117,36 +117,47 @@ def added_losses(model: Any) -> list[Any]:
 
 
 @contextlib.contextmanager
-def recording_activity_losses(model: Any) -> Iterator[set[int]]:
-    """Yields the ids of the losses activity regularizers add while the block runs.
+def recording_activity_losses(model: Any) -> Iterator[dict[int, str]]:
+    """Yields ``{id(loss): SUM or MEAN}`` for the losses activity regularizers add in the block.
 
     ``Layer.__call__`` passes each output to ``layer.activity_regularizer`` and adds the
-    result with ``add_loss``; a recording stand-in tells those values apart from other
-    ``add_loss`` values (Keras computes them as sums over the batch). The values are kept
-    alive for the block so that their ids stay unique.
+    result with ``add_loss``: the regularizer's value, a sum over the batch (Keras 3.8 to
+    3.12), or that value divided by the batch size, a mean (newer Keras: 3.15 does). A
+    recording stand-in for the regularizer and for the layer's ``add_loss`` tells those
+    values apart from other ``add_loss`` values, and which of the two each is. The values
+    are kept alive for the block so that their ids stay unique.
     """
-    ids: set[int] = set()
+    kinds: dict[int, str] = {}
     kept: list[Any] = []
     replaced = []
     for layer in model._flatten_layers(include_self=True, recursive=True):
         regularizer = getattr(layer, "activity_regularizer", None)
         if regularizer is None:
             continue
+        pending: list[Any] = []
 
-        def record(output, _regularizer=regularizer):
+        def record(output, _regularizer=regularizer, _pending=pending):
             value = _regularizer(output)
-            kept.append(value)
-            ids.add(id(value))
+            _pending.append(value)
             return value
+
+        def add_loss(loss, _add_loss=layer.add_loss, _pending=pending):
+            if _pending:  # the call that follows the regularizer's, in Layer.__call__
+                value = _pending.pop()
+                kept.extend((value, loss))
+                kinds[id(loss)] = SUM if loss is value else MEAN
+            return _add_loss(loss)
 
         replaced.append((layer, regularizer))
         # object.__setattr__: a plain swap, without Keras's attribute tracking.
         object.__setattr__(layer, "activity_regularizer", record)
+        object.__setattr__(layer, "add_loss", add_loss)
     try:
-        yield ids
+        yield kinds
     finally:
         for layer, regularizer in replaced:
             object.__setattr__(layer, "activity_regularizer", regularizer)
+            del layer.__dict__["add_loss"]
 
 
 # --------------------------------------------------------------- loss in parts

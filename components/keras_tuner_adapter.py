@@ -25,6 +25,9 @@ here). Tested on the pinned keras-tuner (``constraints.txt``) by ``tests/test_co
 
 from __future__ import annotations
 
+from tfx_accum import needs_tfx  # noqa: F401 - first: without the tfx extra, one line
+
+# isort: split
 import hmac
 import os
 

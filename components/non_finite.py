@@ -10,6 +10,9 @@ exported (so nothing is evaluated or pushed), and a Tuner trial fails
 
 from __future__ import annotations
 
+from tfx_accum import needs_tfx  # noqa: F401 - first: without the tfx extra, one line
+
+# isort: split
 import math
 
 import keras

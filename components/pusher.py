@@ -11,6 +11,9 @@ is atomic, so ``<version>`` is complete or absent; on an object store (``gs://``
 rename copies object by object, and the temporary prefix still keeps a partial copy from
 ever being written under the version's name. A failed copy removes the temporary directory;
 one left by a push that was killed (SIGKILL: no cleanup runs) is removed by the next push
+from tfx_accum import needs_tfx  # noqa: F401 - first: without the tfx extra, one line
+
+# isort: split
 from this machine, once the process that wrote it is gone (its name holds the host and the
 process id); another machine's is left alone until it is a day old.
 

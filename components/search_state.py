@@ -22,6 +22,9 @@ tested by ``tests/test_search_state.py`` on the pinned keras-tuner 1.4.8.
 
 from __future__ import annotations
 
+from tfx_accum import needs_tfx  # noqa: F401 - first: without the tfx extra, one line
+
+# isort: split
 import dataclasses
 import json
 import os

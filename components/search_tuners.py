@@ -28,6 +28,9 @@ tuner.get_best_hyperparameters()[0].values  # what the Trainer trains with
 
 from __future__ import annotations
 
+from tfx_accum import needs_tfx  # noqa: F401 - first: without the tfx extra, one line
+
+# isort: split
 import copy
 import time
 from typing import Any

@@ -33,6 +33,9 @@ tuner = Tuner(examples=..., schema=..., statistics=statistics_gen.outputs["stati
 
 from __future__ import annotations
 
+from tfx_accum import needs_tfx  # noqa: F401 - first: without the tfx extra, one line
+
+# isort: split
 from typing import Any
 
 from tfx.components.trainer import executor as trainer_executor

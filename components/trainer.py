@@ -19,6 +19,9 @@ Referenced from the pipeline as ``run_fn="tfx_accum.components.trainer.run_fn"``
 
 from __future__ import annotations
 
+from tfx_accum import needs_tfx  # noqa: F401 - first: without the tfx extra, one line
+
+# isort: split
 import json
 import logging
 import math

@@ -19,6 +19,9 @@ fails only if every trial fails.
 
 from __future__ import annotations
 
+from tfx_accum import needs_tfx  # noqa: F401 - first: without the tfx extra, one line
+
+# isort: split
 import json
 import logging
 

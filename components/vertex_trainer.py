@@ -22,6 +22,9 @@ train_on_vertex(trainer, job_spec, project="my-project", region="us-central1")
 
 from __future__ import annotations
 
+from tfx_accum import needs_tfx  # noqa: F401 - first: without the tfx extra, one line
+
+# isort: split
 from typing import Any
 
 from tfx.dsl.components.base import executor_spec

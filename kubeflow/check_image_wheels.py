@@ -213,8 +213,10 @@ def variant_pins(dockerfile: str) -> tuple[set[str], dict[str, dict[str, Pin]]]:
                 if arg.startswith("-") or arg == "pip":  # options; pip upgrades itself
                     continue
                 if _is_path(arg) or canonicalize_name(Requirement(arg).name) == PROJECT:
-                    # This project (its wheel, or its source tree): its pinned requirements.
-                    pins.update(_installed_closure(PROJECT))
+                    # This project (its wheel, or its source tree): its pinned requirements,
+                    # with the extras asked for ("tfx-accum[tfx]": the TFX parts).
+                    extras = () if _is_path(arg) else tuple(Requirement(arg).extras)
+                    pins.update(_installed_closure(PROJECT, extras))
                     pins.pop(PROJECT)
                     continue
                 requirement = Requirement(arg)

@@ -3,6 +3,9 @@
 Heavy TFX imports happen in the submodules, so ``import pipeline`` stays cheap.
 """
 
+from tfx_accum import needs_tfx  # noqa: F401 - first: without the tfx extra, one line
+
+# isort: split
 from tfx_accum.pipeline.errors import InputError
 
 __all__ = ["InputError", "create_pipeline"]

@@ -12,8 +12,10 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 TESTS = Path(__file__).resolve().parent
 if str(TESTS) not in sys.path:
     sys.path.insert(0, str(TESTS))
-# The benchmarks' helpers (bench.tuner_component) are shared with the tests.
-if str(TESTS.parent) not in sys.path:
+# The benchmarks' helpers (bench.tuner_component) are shared with the tests. Not when the
+# tests run against an installed wheel (scripts/newest_stack.sh): the checkout's own
+# tfx_accum/ directory would shadow it.
+if str(TESTS.parent) not in sys.path and not os.environ.get("TFX_ACCUM_TESTS_INSTALLED"):
     sys.path.insert(1, str(TESTS.parent))
 
 

@@ -9,7 +9,13 @@ Installed packages:
   ``tfx-accum`` command line;
 - ``tfx_accum.kubeflow``: the node-pool profiles (package data).
 
-``import tfx_accum`` is cheap: TensorFlow is imported only when the model is first used.
+``pip install tfx-accum`` installs the model alone (TensorFlow and Keras);
+``pip install 'tfx-accum[tfx]'`` adds what ``tfx_accum.pipeline`` and the TFX Trainer and Tuner
+modules need (:mod:`tfx_accum.extras`).
+
+``import tfx_accum`` is cheap: TensorFlow is imported only when the model is first used, and
+the model is registered with Keras (for ``keras.saving.load_model``) as soon as Keras is
+imported (:mod:`tfx_accum.keras_registration`).
 """
 
 from __future__ import annotations
@@ -21,7 +27,11 @@ try:
 except _metadata.PackageNotFoundError:  # running from a source tree that is not installed
     __version__ = "0+unknown"
 
+from tfx_accum.keras_registration import register_with_keras as _register_with_keras
+
 __all__ = ["GradientAccumulationModel", "__version__"]
+
+_register_with_keras()
 
 
 def __getattr__(name: str):

@@ -1,0 +1,83 @@
+"""``import tfx_accum`` registers :class:`GradientAccumulationModel` with Keras, lazily.
+
+``keras.saving.load_model`` finds a custom class only if the module that defines it was
+imported (Keras imports modules on its own for Keras's packages only). ``import tfx_accum``
+must therefore make the class known, yet stay cheap: the ``tfx-accum`` command imports this
+package for ``--help`` and for its input checks, before any TensorFlow is needed.
+
+So the class is registered as soon as Keras is there: at once if TensorFlow or Keras is
+already imported, else right after the first of them finishes importing (a finder on
+``sys.meta_path`` that removes itself at its first use). ``import tensorflow`` imports Keras
+itself, so whichever comes first, both are complete when the model's module is imported.
+Registration never breaks the user's import: on another Keras backend (the model is
+TensorFlow-only) nothing is registered, and a failure is one warning naming the way out.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import sys
+import warnings
+from types import ModuleType
+
+_TRIGGERS = ("tensorflow", "keras")
+
+
+def register() -> None:
+    """Imports the model's module, whose decorator registers the class (TensorFlow backend)."""
+    import keras
+
+    if keras.backend.backend() != "tensorflow":
+        return
+    import tfx_accum.components.accumulation  # noqa: F401 - registers on import
+
+
+def _register_quietly() -> None:
+    try:
+        register()
+    except Exception as error:  # noqa: BLE001 - never break the user's `import keras`
+        warnings.warn(
+            f"tfx-accum: GradientAccumulationModel was not registered with Keras "
+            f"({type(error).__name__}: {error}); import tfx_accum.components.accumulation "
+            "before keras.saving.load_model.",
+            stacklevel=2,
+        )
+
+
+class _RegisterAfterImport(importlib.abc.MetaPathFinder):
+    """Finds nothing itself: wraps the loader of the first of ``_TRIGGERS`` imported."""
+
+    def find_spec(self, name, path=None, target=None) -> importlib.machinery.ModuleSpec | None:
+        if name not in _TRIGGERS:
+            return None
+        if self in sys.meta_path:
+            sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        loader, original = spec.loader, spec.loader.exec_module
+
+        def exec_module(module: ModuleType) -> None:
+            original(module)
+            del loader.exec_module  # the loader's own method again
+            _register_quietly()
+
+        loader.exec_module = exec_module  # this module's loader instance only
+        return spec
+
+
+def register_with_keras() -> None:
+    """Registers now if TensorFlow or Keras is imported, else after the first one is."""
+    if any(name in sys.modules for name in _TRIGGERS):
+        if not any(_importing(name) for name in _TRIGGERS):
+            _register_quietly()
+        return  # (imported from inside TensorFlow's own import: nothing to hook any more)
+    if not any(isinstance(finder, _RegisterAfterImport) for finder in sys.meta_path):
+        sys.meta_path.insert(0, _RegisterAfterImport())
+
+
+def _importing(name: str) -> bool:
+    spec = getattr(sys.modules.get(name), "__spec__", None)
+    return bool(getattr(spec, "_initializing", False))
