@@ -6,10 +6,14 @@ of this package (``settings``, ``search_space``) does not start TensorFlow.
 
 from __future__ import annotations
 
-__all__ = ["GradientAccumulationModel", "LOSS_REDUCTIONS"]
+__all__ = ["GradientAccumulationModel", "LOSS_REDUCTIONS", "MultiWorkerMirroredStrategy"]
 
 
 def __getattr__(name: str):
+    if name == "MultiWorkerMirroredStrategy":
+        from tfx_accum.components.keras_adapter import MultiWorkerMirroredStrategy
+
+        return MultiWorkerMirroredStrategy
     if name in __all__:
         from tfx_accum.components import accumulation
 

@@ -41,8 +41,8 @@ import keras
 import tensorflow as tf
 from keras import tree
 
+from tfx_accum.components import inexact_cases, micro_batches
 from tfx_accum.components import keras_adapter as adapter
-from tfx_accum.components import micro_batches
 from tfx_accum.components.accumulators import cast_like, is_sparse, make_accumulator, to_float32
 from tfx_accum.components.micro_batches import check_splittable
 from tfx_accum.components.settings import validate_positive_int
@@ -191,6 +191,9 @@ class GradientAccumulationModel(keras.Model):
         **kwargs,
     ):
         super().__init__(*args, **kwargs)
+        # The strategy Keras captured for this model: TensorFlow's own across workers would
+        # crash in fit (keras_adapter.MultiWorkerMirroredStrategy says why): one line now.
+        adapter.refuse_tensorflows_multi_worker_strategy(self.distribute_strategy)
         if gradient_accumulation_steps is _DEFAULT_STEPS:
             # keras.models.clone_model builds the clone as `model.__class__(inputs, outputs,
             # name=...)`, which passes none of this class's arguments: the clone takes them
@@ -230,9 +233,13 @@ class GradientAccumulationModel(keras.Model):
         )
         if value > 1 and getattr(self, "_bypassed_by", None):
             raise _bypass_error(self._bypassed_by, value)
+        if value > 1:
+            self._refuse_stateful_rnn(value)
         object.__setattr__(self, "_steps_value", value)
         if value > 1 and self.train_step_trace_count:
-            self._warn_if_batch_normalization()  # the traced step may not be traced again
+            # The traced step may not be traced again: what its trace found, said now.
+            self._warn_if_batch_normalization()
+            self._warn_inexact_cases()
         variable = getattr(self, "_steps_variable", None)
         if variable is not None:
             variable.assign(value)
@@ -364,6 +371,70 @@ class GradientAccumulationModel(keras.Model):
                 "(layer.trainable = False), for exact accumulation.",
             )
 
+    def _refuse_stateful_rnn(self, k: int) -> None:
+        if k <= 1 or not hasattr(self, "_layers"):
+            return  # during __init__ of a subclass, before any layer: checked when traced
+        stateful = [
+            layer.name
+            for layer in self._flatten_layers()
+            if isinstance(layer, keras.layers.RNN) and getattr(layer, "stateful", False)
+        ]
+        if stateful:
+            raise ValueError(
+                f"GradientAccumulationModel: gradient_accumulation_steps={k} with the stateful "
+                f"recurrent layer {stateful[0]!r} (stateful=True), whose state belongs to each "
+                "row of a fixed batch that micro-batches cannot carry: accumulation cannot be "
+                "exact. Use stateful=False, or gradient_accumulation_steps=1."
+            )
+
+    def _has_stateful_rnn(self) -> bool:
+        return any(
+            isinstance(layer, keras.layers.RNN) and getattr(layer, "stateful", False)
+            for layer in self._flatten_layers()
+        )
+
+    def _find_inexact_cases(self, x) -> None:
+        """Once per model, when its step is first traced: the layers that assign state in
+        their training forward pass (components/inexact_cases.py)."""
+        if getattr(self, "_inexact_probed", False):
+            return
+        object.__setattr__(self, "_inexact_probed", True)
+        found = getattr(self, "_inexact_cases", {})
+        layers = inexact_cases.state_assigning_layers(self, x, self._forward)
+        if layers:
+            found["state"] = (
+                f"GradientAccumulationModel: layers that assign state in their training "
+                f"forward pass ({', '.join(layers[:3])}{', ...' if len(layers) > 3 else ''}) "
+                f"assign it once per micro-batch, {self.gradient_accumulation_steps} times per "
+                "step where the whole batch assigns it once (e.g. SpectralNormalization's "
+                "power iteration), so training is not exactly equivalent to the whole batch. "
+                "Freeze them, or use gradient_accumulation_steps=1 for exact training."
+            )
+        object.__setattr__(self, "_inexact_cases", found)
+
+    def _find_coupled_losses(self, terms: list[adapter.LossTerm]) -> None:
+        if getattr(self, "_losses_probed", False):
+            return
+        object.__setattr__(self, "_losses_probed", True)
+        found = getattr(self, "_inexact_cases", {})
+        for term in terms:
+            if inexact_cases.couples_samples(term.loss, term.y_true, term.y_pred):
+                name = inexact_cases.loss_name(term.loss)
+                found[f"loss-{name}"] = (
+                    f"GradientAccumulationModel: loss {name!r} couples the samples of a batch "
+                    "(on 4 random rows its value is not the mean, or per sample the "
+                    "concatenation, of its values on 2 + 2 rows; e.g. Dice, Tversky, Circle, "
+                    "an RMSE, in-batch contrastive losses), so micro-batches of a batch give "
+                    "another loss than the whole batch: accumulation cannot be exact. Use a "
+                    "loss that is a mean or sum of per-sample values, or "
+                    "gradient_accumulation_steps=1."
+                )
+        object.__setattr__(self, "_inexact_cases", found)
+
+    def _warn_inexact_cases(self) -> None:
+        for key, message in getattr(self, "_inexact_cases", {}).items():
+            self._warn_once(key, message)
+
     def _refuse_synchronized_batch_normalization(self) -> None:
         if not tf.distribute.has_strategy():
             return  # without a strategy the layer is the unsynchronized one
@@ -402,7 +473,9 @@ class GradientAccumulationModel(keras.Model):
         step.super_called = True
         total = tf.zeros((), tf.float32)
         step.per_output, step.per_output_weights, step.log_delta = [], [], 0.0
-        for index, term in enumerate(adapter.compile_loss_terms(self, y, y_pred, sample_weight)):
+        terms = adapter.compile_loss_terms(self, y, y_pred, sample_weight)
+        self._find_coupled_losses(terms)
+        for index, term in enumerate(terms):
             share, logged, metric_value, metric_weight = self._term_shares(step, index, term)
             step.per_output.append(metric_value)
             step.per_output_weights.append(metric_weight)
@@ -512,17 +585,24 @@ class GradientAccumulationModel(keras.Model):
         trainable = self.trainable_weights
         if not trainable:
             return super().train_step(data)
+        if self._has_stateful_rnn():
+            self._refuse_stateful_rnn(self._steps_value)
+            return super().train_step(data)  # k is 1 (refused otherwise): plain Keras
         check_splittable(data, static)
         self._refuse_synchronized_batch_normalization()
         if self._steps_value > 1:
             self._warn_if_batch_normalization()
+        self._find_inexact_cases(x)
         with adapter.recording_activity_losses(self) as activity_kinds:
             try:
-                return self._accumulation_step(
+                logs = self._accumulation_step(
                     x, y, sample_weight, trainable, activity_kinds, static
                 )
             finally:
                 self._step = None
+        if self._steps_value > 1:
+            self._warn_inexact_cases()
+        return logs
 
     def _steps_tensor(self) -> tf.Tensor:
         variable = getattr(self, "_steps_variable", None)

@@ -186,6 +186,11 @@ class LossTerm:
     denominator: Any = None
     per_sample: Any = None
     loss_weight: float | None = None
+    # The compiled loss and the output's (symbolic) targets and predictions, for the probe
+    # of losses that couple a batch's samples (components/inexact_cases.py).
+    loss: Any = None
+    y_true: Any = None
+    y_pred: Any = None
 
 
 def split_loss(loss: Any, y_true: Any, y_pred: Any, sample_weight: Any = None) -> LossTerm:
@@ -262,6 +267,7 @@ def compile_loss_terms(model: Any, y: Any, y_pred: Any, sample_weight: Any) -> l
         def record(y_true, y_pred_output, output_weight=None):
             term = split_loss(entry.loss, y_true, y_pred_output, output_weight)
             term.loss_weight = entry.loss_weights
+            term.loss, term.y_true, term.y_pred = entry.loss, y_true, y_pred_output
             terms.append(term)
             return ops.zeros(())
 
@@ -339,6 +345,34 @@ class MultiWorkerMirroredStrategy(tf.distribute.MultiWorkerMirroredStrategy):
         if mean and axis is not None and _rank(value) == 0:
             axis = None  # case 2: a scalar log, averaged over the replicas
         return super().reduce(reduce_op, value, axis)
+
+
+def refuse_tensorflows_multi_worker_strategy(strategy: Any) -> None:
+    """One line instead of Keras's cryptic crash: TensorFlow's own strategy across workers.
+
+    Under ``tf.distribute.MultiWorkerMirroredStrategy`` with two or more workers, Keras 3's
+    ``fit`` fails before its first step with "Attempt to convert a value (PerReplica...)"
+    (the two ``reduce`` calls above), in Keras's trainer, before the model's train step can
+    do anything. :class:`MultiWorkerMirroredStrategy` here, created with the same arguments,
+    answers both; one worker needs nothing.
+    """
+    if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy) or isinstance(
+        strategy, MultiWorkerMirroredStrategy
+    ):
+        return
+    resolver = getattr(strategy, "cluster_resolver", None)
+    try:
+        spec = resolver.cluster_spec() if resolver is not None else None
+        workers = sum(spec.num_tasks(job) for job in spec.jobs) if spec else 1
+    except (AttributeError, ValueError):
+        workers = 1
+    if workers > 1:
+        raise ValueError(
+            f"GradientAccumulationModel: tf.distribute.MultiWorkerMirroredStrategy across "
+            f"{workers} workers fails in Keras 3's fit before its first step "
+            "(keras-team/keras#20585); create it as tfx_accum.MultiWorkerMirroredStrategy(...) "
+            "(the same arguments), under which the model trains exactly as on one device."
+        )
 
 
 def _rank(value: Any) -> int | None:

@@ -6,14 +6,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-PY_VERSION=3.13
+PY_MAJOR=3 PY_MINOR=13
+PY_VERSION=$PY_MAJOR.$PY_MINOR
 find_python() {
   local candidate
   for candidate in "${NEWEST_PYTHON:-}" "python$PY_VERSION" \
                    "$(pyenv root 2>/dev/null)"/versions/$PY_VERSION*/bin/python$PY_VERSION \
                    /usr/bin/python$PY_VERSION /usr/local/bin/python$PY_VERSION; do
     [ -n "$candidate" ] || continue
-    if "$candidate" -c "import sys; assert sys.version_info[:2] == ($PY_VERSION)" \
+    if "$candidate" -c "import sys; assert sys.version_info[:2] == ($PY_MAJOR, $PY_MINOR)" \
          >/dev/null 2>&1; then
       echo "$candidate"; return 0
     fi

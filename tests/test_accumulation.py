@@ -321,11 +321,16 @@ def test_clone_model_keeps_the_accumulation_settings_and_trains_the_same():
     x, y, sw = classification_data(n=70)
     keras.utils.set_random_seed(0)
     original = GradientAccumulationModel.from_model(
-        dense_classifier(), gradient_accumulation_steps=4, add_loss_reduction="sum"
+        dense_classifier(),
+        gradient_accumulation_steps=4,
+        add_loss_reduction="sum",
+        compute_loss_reduction="mean",
     )
     clone = keras.models.clone_model(original)
     assert isinstance(clone, GradientAccumulationModel)
+    assert clone.get_config() == original.get_config()  # every constructor argument
     assert clone.gradient_accumulation_steps == 4 and clone.add_loss_reduction == "sum"
+    assert clone.compute_loss_reduction == "mean"
     clone.set_weights(original.get_weights())
     for model in (original, clone):
         model.compile(optimizer=keras.optimizers.SGD(0.1), loss="sparse_categorical_crossentropy")

@@ -29,7 +29,7 @@ except _metadata.PackageNotFoundError:  # running from a source tree that is not
 
 from tfx_accum.keras_registration import register_with_keras as _register_with_keras
 
-__all__ = ["GradientAccumulationModel", "__version__"]
+__all__ = ["GradientAccumulationModel", "MultiWorkerMirroredStrategy", "__version__"]
 
 _register_with_keras()
 
@@ -39,4 +39,8 @@ def __getattr__(name: str):
         from tfx_accum.components.accumulation import GradientAccumulationModel
 
         return GradientAccumulationModel
+    if name == "MultiWorkerMirroredStrategy":  # TensorFlow's, made to work with Keras 3's fit
+        from tfx_accum.components.keras_adapter import MultiWorkerMirroredStrategy
+
+        return MultiWorkerMirroredStrategy
     raise AttributeError(f"module 'tfx_accum' has no attribute {name!r}")
