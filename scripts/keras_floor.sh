@@ -26,4 +26,5 @@ workers=$(nproc 2>/dev/null || echo 1)
 [ "$workers" -le 4 ] || workers=4
 PYTHONPATH="$target" .venv/bin/python -m pytest -q -p no:cacheprovider -n "$workers" --dist load \
   tests/test_accumulation.py tests/test_exactness_matrix.py tests/test_micro_batches.py \
+  tests/test_keras_surprises.py \
   -k "not mirrored and not peak_memory and (not xla or uneven_batches_sample_weights or lstm-xla)"
