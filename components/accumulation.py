@@ -371,14 +371,17 @@ class GradientAccumulationModel(keras.Model):
                 "(layer.trainable = False), for exact accumulation.",
             )
 
-    def _refuse_stateful_rnn(self, k: int) -> None:
-        if k <= 1 or not hasattr(self, "_layers"):
-            return  # during __init__ of a subclass, before any layer: checked when traced
-        stateful = [
+    def _stateful_rnn_names(self) -> list[str]:
+        if not hasattr(self, "_layers"):
+            return []  # during __init__ of a subclass, before any layer: checked when traced
+        return [
             layer.name
             for layer in self._flatten_layers()
             if isinstance(layer, keras.layers.RNN) and getattr(layer, "stateful", False)
         ]
+
+    def _refuse_stateful_rnn(self, k: int) -> None:
+        stateful = self._stateful_rnn_names() if k > 1 else []
         if stateful:
             raise ValueError(
                 f"GradientAccumulationModel: gradient_accumulation_steps={k} with the stateful "
@@ -386,12 +389,6 @@ class GradientAccumulationModel(keras.Model):
                 "row of a fixed batch that micro-batches cannot carry: accumulation cannot be "
                 "exact. Use stateful=False, or gradient_accumulation_steps=1."
             )
-
-    def _has_stateful_rnn(self) -> bool:
-        return any(
-            isinstance(layer, keras.layers.RNN) and getattr(layer, "stateful", False)
-            for layer in self._flatten_layers()
-        )
 
     def _find_inexact_cases(self, x) -> None:
         """Once per model, when its step is first traced: the layers that assign state in
@@ -585,7 +582,7 @@ class GradientAccumulationModel(keras.Model):
         trainable = self.trainable_weights
         if not trainable:
             return super().train_step(data)
-        if self._has_stateful_rnn():
+        if self._stateful_rnn_names():
             self._refuse_stateful_rnn(self._steps_value)
             return super().train_step(data)  # k is 1 (refused otherwise): plain Keras
         check_splittable(data, static)
