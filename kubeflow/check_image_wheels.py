@@ -124,6 +124,12 @@ def _is_path(arg: str) -> bool:
     return arg.startswith((".", "/"))
 
 
+def _path_extras(arg: str) -> tuple[str, ...]:
+    """The extras of a path requirement: ``.[tfx]`` -> ``("tfx",)``."""
+    found = re.search(r"\[([^\]]*)\]$", arg)
+    return tuple(e.strip() for e in found.group(1).split(",") if e.strip()) if found else ()
+
+
 def _wheel_names(args: list[str]) -> list[str]:
     """The names a ``pip wheel`` line builds; a path is this project's source tree."""
     names, skip = [], False
@@ -215,7 +221,7 @@ def variant_pins(dockerfile: str) -> tuple[set[str], dict[str, dict[str, Pin]]]:
                 if _is_path(arg) or canonicalize_name(Requirement(arg).name) == PROJECT:
                     # This project (its wheel, or its source tree): its pinned requirements,
                     # with the extras asked for ("tfx-accum[tfx]": the TFX parts).
-                    extras = () if _is_path(arg) else tuple(Requirement(arg).extras)
+                    extras = _path_extras(arg) if _is_path(arg) else tuple(Requirement(arg).extras)
                     pins.update(_installed_closure(PROJECT, extras))
                     pins.pop(PROJECT)
                     continue

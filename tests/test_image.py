@@ -21,7 +21,7 @@ DOCKERFILE = Path(__file__).resolve().parents[1] / "kubeflow" / "Dockerfile"
 OLD_DOCKERFILE = """
 FROM python:3.10-slim-bookworm
 RUN python -m pip install --upgrade pip \\
- && python -m pip install -c constraints.txt . \\
+ && python -m pip install -c constraints.txt ".[tfx]" \\
  && case "$ACCELERATOR" in \\
       gpu) python -m pip install -c constraints.txt "tensorflow[and-cuda]" ;; \\
       tpu) python -m pip install "tensorflow-tpu==2.16.*" \\
@@ -90,7 +90,8 @@ def test_the_image_installs_its_wheel_as_a_user_of_its_own_with_an_empty_workdir
         (None, ["constraints.txt"], "/wheels/constraints.txt"),
     ]
     install = " ".join(run.arguments for run in final.all("RUN"))
-    assert "--compile" in install and " tfx-accum" in install
+    # The project with its tfx extra: the pipeline's components, not the model alone.
+    assert "--compile" in install and ' "tfx-accum[tfx]"' in install
     assert final.last("USER") not in (None, "root", "0")
     assert final.last("WORKDIR") == "/home/tfx"
     assert final.all("RUN")[-1].arguments == "python -m tfx_accum.kubeflow.image_check"
