@@ -96,15 +96,13 @@ def couples_samples(loss: Any, y_true: Any, y_pred: Any) -> bool:
             ]
         except Exception:  # noqa: BLE001 - a loss the random rows do not fit: no finding
             return False
+    if any(part.ndim != whole.ndim for part in parts):
+        return True  # a value per sample on some rows, one value on others
     if whole.ndim == 0:  # one value for the batch: a mean over samples, or coupled
-        together = (
-            np.mean([p for p in parts if p.ndim == 0])
-            if all(p.ndim == 0 for p in parts)
-            else np.nan
-        )
+        together = np.mean(parts)
     else:
-        together = np.concatenate(parts) if all(p.ndim == whole.ndim for p in parts) else None
-        if together is None or together.shape != whole.shape:
+        together = np.concatenate(parts)
+        if together.shape != whole.shape:
             return True
     return not np.allclose(whole, together, rtol=1e-4, atol=1e-6, equal_nan=True)
 
