@@ -1,4 +1,8 @@
-"""Exact gradient accumulation for Keras 3 ``model.fit`` (TensorFlow backend).
+"""Exact gradient accumulation for Keras 3 ``model.fit`` (TensorFlow and JAX backends).
+
+This module holds the model (its arguments, the loss split into exact shares, the
+warnings and refusals, all backend-independent) and TensorFlow's step, described below;
+JAX's step is :mod:`components.jax_step`, which reuses the rest.
 
 One ``fit`` step receives the whole effective batch, cuts it into ``k`` micro-batches,
 runs forward and backward on them one after another inside a ``tf.while_loop`` (so only
@@ -38,14 +42,33 @@ import warnings
 from typing import Any
 
 import keras
-import tensorflow as tf
-from keras import tree
+from keras import ops, tree
 
-from tfx_accum.components import inexact_cases, micro_batches
+from tfx_accum.components import inexact_cases
 from tfx_accum.components import keras_adapter as adapter
-from tfx_accum.components.accumulators import cast_like, is_sparse, make_accumulator, to_float32
-from tfx_accum.components.micro_batches import check_splittable
 from tfx_accum.components.settings import validate_positive_int
+
+# The step below is TensorFlow's; on the JAX backend the model trains through
+# components/jax_step.py, and TensorFlow need not be installed at all (#35).
+_BACKEND = keras.backend.backend()
+if _BACKEND == "tensorflow":
+    import tensorflow as tf
+
+    from tfx_accum.components import micro_batches
+    from tfx_accum.components.accumulators import (
+        cast_like,
+        is_sparse,
+        make_accumulator,
+        to_float32,
+    )
+    from tfx_accum.components.micro_batches import check_splittable
+elif _BACKEND == "jax":
+    from tfx_accum.components import jax_step
+else:
+    raise ImportError(
+        f"GradientAccumulationModel: the Keras backend {_BACKEND!r} is not supported; use "
+        "KERAS_BACKEND=tensorflow or KERAS_BACKEND=jax."
+    )
 
 __all__ = ["GradientAccumulationModel", "LOSS_REDUCTIONS"]
 
@@ -74,23 +97,23 @@ class _Step:
     batch's loss instead of the micro-batch's own loss.
     """
 
-    def __init__(self, samples: tf.Tensor, denominators: dict[int, tf.Tensor]):
+    def __init__(self, samples: Any, denominators: dict[int, Any]):
         self.samples = samples  # the whole (global) batch's sample count, float32
         self.denominators = denominators  # output index -> global denominator
         self.activity_kinds: dict[int, str] = {}
         self.collecting = False
-        self.share: tf.Tensor | None = None  # micro-batch samples / whole batch samples
+        self.share: Any = None  # micro-batch samples / whole batch samples
         self.super_called = False
-        self.own_value: tf.Tensor | None = None
+        self.own_value: Any = None
         # Per output, what its ``<output>_loss`` metric is updated with (summed over the
         # micro-batches) and with which sample weight; see ``_term_shares``.
-        self.per_output: list[tf.Tensor] = []
+        self.per_output: list[Any] = []
         self.per_output_weights: list[Any] = []
         # What the logged loss differs from the differentiated one by (reduction=None:
         # the gradient is of the sum, the log is the mean, as in plain Keras).
-        self.log_delta: tf.Tensor | float = 0.0
+        self.log_delta: Any = 0.0
         self.static_n: int | None = None
-        self.local_n: tf.Tensor | None = None
+        self.local_n: Any = None
 
 
 class _DefaultSteps(int):
@@ -193,7 +216,7 @@ class GradientAccumulationModel(keras.Model):
         super().__init__(*args, **kwargs)
         # The strategy Keras captured for this model: TensorFlow's own across workers would
         # crash in fit (keras_adapter.MultiWorkerMirroredStrategy says why): one line now.
-        adapter.refuse_tensorflows_multi_worker_strategy(self.distribute_strategy)
+        adapter.refuse_tensorflows_multi_worker_strategy(getattr(self, "distribute_strategy", None))
         if gradient_accumulation_steps is _DEFAULT_STEPS:
             # keras.models.clone_model builds the clone as `model.__class__(inputs, outputs,
             # name=...)`, which passes none of this class's arguments: the clone takes them
@@ -264,6 +287,8 @@ class GradientAccumulationModel(keras.Model):
         # internals differ from those the accumulation mirrors (keras_adapter).
         adapter.self_check()
         adapter.check_compiled(self)
+        if _BACKEND != "tensorflow":
+            return super().make_train_function(force=force)
         # The variable the traced step reads k from, outside any tf.function; a plain
         # tf.Variable kept out of Keras's tracking (it is no weight of the model).
         if getattr(self, "_steps_variable", None) is None:
@@ -390,14 +415,14 @@ class GradientAccumulationModel(keras.Model):
                 "exact. Use stateful=False, or gradient_accumulation_steps=1."
             )
 
-    def _find_inexact_cases(self, x) -> None:
+    def _find_inexact_cases(self, x, values=None) -> None:
         """Once per model, when its step is first traced: the layers that assign state in
-        their training forward pass (components/inexact_cases.py)."""
+        their training forward pass (components/inexact_cases.py; ``values``: see there)."""
         if getattr(self, "_inexact_probed", False):
             return
         object.__setattr__(self, "_inexact_probed", True)
         found = getattr(self, "_inexact_cases", {})
-        layers = inexact_cases.state_assigning_layers(self, x, self._forward)
+        layers = inexact_cases.state_assigning_layers(self, x, self._forward, values)
         if layers:
             found["state"] = (
                 f"GradientAccumulationModel: layers that assign state in their training "
@@ -433,7 +458,7 @@ class GradientAccumulationModel(keras.Model):
             self._warn_once(key, message)
 
     def _refuse_synchronized_batch_normalization(self) -> None:
-        if not tf.distribute.has_strategy():
+        if _BACKEND != "tensorflow" or not tf.distribute.has_strategy():
             return  # without a strategy the layer is the unsynchronized one
         synchronized = [
             layer.name
@@ -468,7 +493,7 @@ class GradientAccumulationModel(keras.Model):
             return super().compute_loss(x, y, y_pred, sample_weight, training=training)
         step.collecting = False  # an override may call super() only once per micro-batch
         step.super_called = True
-        total = tf.zeros((), tf.float32)
+        total = ops.zeros((), "float32")
         step.per_output, step.per_output_weights, step.log_delta = [], [], 0.0
         terms = adapter.compile_loss_terms(self, y, y_pred, sample_weight)
         self._find_coupled_losses(terms)
@@ -481,7 +506,7 @@ class GradientAccumulationModel(keras.Model):
             step.log_delta += (logged - share) * weight
         user_reduction = self.add_loss_reduction
         for loss in adapter.added_losses(self):
-            value = tf.cast(tf.reduce_sum(loss), tf.float32)
+            value = ops.cast(ops.sum(loss), "float32")
             activity = step.activity_kinds.get(id(loss))
             if activity is not None:  # an activity regularizer's: a sum or a mean (Keras 3.15)
                 total += value if activity == adapter.SUM else value * step.share
@@ -506,14 +531,14 @@ class GradientAccumulationModel(keras.Model):
         metric is updated with the sum of ``metric_value`` and ``metric_weight``, as
         plain Keras updates it (the static batch size, or per sample for ``None``).
         """
-        numerator = tf.cast(term.numerator, tf.float32)
+        numerator = ops.cast(term.numerator, "float32")
         if term.kind == adapter.NONE:
             # Plain Keras differentiates the sum of the unreduced values and logs their
             # mean (its loss tracker and per-output metrics average the vector).
-            elements = step.samples * tf.cast(term.per_sample, tf.float32)
-            mean = tf.math.divide_no_nan(numerator, elements)
+            elements = step.samples * ops.cast(term.per_sample, "float32")
+            mean = _divide_no_nan(numerator, elements)
             if step.static_n is None:  # Mean over a vector: counts its rows
-                per_row = tf.math.divide_no_nan(numerator, step.samples)
+                per_row = _divide_no_nan(numerator, step.samples)
                 return numerator, mean, per_row, _ROWS
             return numerator, mean, mean, step.static_n
         if term.kind == adapter.SUM:
@@ -521,8 +546,8 @@ class GradientAccumulationModel(keras.Model):
         elif term.kind == adapter.MEAN:
             share = numerator * step.share
         elif term.kind == adapter.COUNT:
-            per_sample = tf.cast(term.per_sample, tf.float32)
-            share = tf.math.divide_no_nan(numerator, step.samples * per_sample)
+            per_sample = ops.cast(term.per_sample, "float32")
+            share = _divide_no_nan(numerator, step.samples * per_sample)
         elif index not in step.denominators:
             raise RuntimeError(
                 f"GradientAccumulationModel: output {index}'s loss needs a {term.kind} "
@@ -530,12 +555,12 @@ class GradientAccumulationModel(keras.Model):
                 "in training?). Please report this model."
             )
         else:
-            share = tf.math.divide_no_nan(numerator, step.denominators[index])
+            share = _divide_no_nan(numerator, step.denominators[index])
         return share, share, share, step.static_n
 
     def _objective(self, step: _Step, value: tf.Tensor) -> tf.Tensor:
         """The micro-batch's share of the whole batch's loss, from compute_loss's value."""
-        value = tf.cast(value, tf.float32)
+        value = ops.cast(value, "float32")
         if not self._overrides("compute_loss"):
             return value
         reduction = self.compute_loss_reduction
@@ -570,7 +595,16 @@ class GradientAccumulationModel(keras.Model):
             strategy, (tf.distribute.TPUStrategy, tf.distribute.experimental.TPUStrategy)
         )
 
-    def train_step(self, data):
+    def train_step(self, *args):
+        """One update from one batch: Keras's ``train_step`` for this backend.
+
+        TensorFlow calls it with ``(data)``; JAX with ``(state, data)`` (its stateless
+        trainer), which :func:`components.jax_step.train_step` serves.
+        """
+        if _BACKEND == "jax":
+            object.__setattr__(self, "_entered_train_step", True)
+            return jax_step.train_step(self, *args)
+        (data,) = args
         object.__setattr__(self, "_entered_train_step", True)
         if not tf.executing_eagerly():
             object.__setattr__(self, "_train_step_traces", self.train_step_trace_count + 1)
@@ -804,6 +838,14 @@ class GradientAccumulationModel(keras.Model):
 _ROWS = object()
 
 
+def _divide_no_nan(numerator: Any, denominator: Any) -> Any:
+    """``numerator / denominator``, 0 where the denominator is 0 (on every backend)."""
+    if _BACKEND == "tensorflow":
+        return tf.math.divide_no_nan(numerator, denominator)
+    zero = denominator == 0
+    return ops.where(zero, 0.0, numerator / ops.where(zero, 1.0, denominator))
+
+
 class _Predictions:
     """The whole batch's predictions (and their Keras masks), written micro-batch by
     micro-batch into buffers of the batch's rows, for one metrics update per step."""
@@ -871,9 +913,9 @@ def _checked_train_step(own):
     """Wraps a subclass's ``train_step`` to refuse one that bypasses the accumulation."""
 
     @functools.wraps(own)
-    def train_step(self, data):
+    def train_step(self, *args):  # (data), or (state, data) on JAX
         object.__setattr__(self, "_entered_train_step", False)
-        result = own(self, data)
+        result = own(self, *args)
         if not self._entered_train_step:
             name = type(self).__name__
             if self.gradient_accumulation_steps > 1:

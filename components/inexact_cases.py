@@ -21,36 +21,54 @@ A probe that cannot run on a model (an input it cannot build) finds nothing.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import keras
 import numpy as np
-import tensorflow as tf
+from keras import ops, tree
 
 _ROWS = 4  # the loss probe's batch; its halves are 2 + 2 rows
 
 
-def state_assigning_layers(model: keras.Model, x: Any, forward) -> list[str]:
+def _eager():
+    """A context in which ops run now, even inside the traced train step."""
+    backend = keras.backend.backend()
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        return tf.init_scope()
+    if backend == "jax":
+        import jax
+
+        return jax.ensure_compile_time_eval()
+    return contextlib.nullcontext()
+
+
+def state_assigning_layers(
+    model: keras.Model, x: Any, forward, values: list[tuple[Any, Any]] | None = None
+) -> list[str]:
     """Names of the layers of ``model`` whose training forward pass on ``x`` assigns variables.
 
     ``x`` is the (symbolic) batch the train step was traced with; ``forward(x)`` runs the
-    model in training mode. The outermost layer owning each assigned variable is named.
+    model in training mode. ``values`` maps variables to the values the step sees (JAX's
+    stateless trainer: the variables themselves hold none during ``fit``). The outermost
+    layer owning each assigned variable is named.
     """
-    try:
-        specs = tf.nest.map_structure(tf.type_spec_from_value, x)
-    except (TypeError, ValueError):
-        return []
     assigned: list[Any] = []
+    given = dict((id(v), value) for v, value in values or [])
 
     def probe(inputs):
-        with keras.StatelessScope() as scope:
+        with keras.StatelessScope(state_mapping=values) as scope:
             forward(inputs)
-        assigned.extend(v for v in model.variables if scope.get_current_value(v) is not None)
-        return tf.constant(0)
+        for v in model.variables:
+            current = scope.get_current_value(v)
+            if current is not None and current is not given.get(id(v)):
+                assigned.append(v)
+        return ops.zeros(())
 
     try:
-        with tf.init_scope():  # a throwaway graph of its own: traced, never run
-            tf.function(probe, autograph=False).get_concrete_function(specs)
+        _trace_only(probe, x)
     except Exception:  # noqa: BLE001 - a diagnostic: a model it cannot trace is left alone
         return []
     assigned_ids = {id(v) for v in assigned if not v.name.endswith("seed_generator_state")}
@@ -65,12 +83,27 @@ def state_assigning_layers(model: keras.Model, x: Any, forward) -> list[str]:
     return names
 
 
+def _trace_only(function, x: Any) -> None:
+    """Traces ``function(x)`` into a throwaway graph (TensorFlow) or jaxpr (JAX); runs nothing."""
+    if keras.backend.backend() == "jax":
+        import jax
+
+        specs = tree.map_structure(lambda t: jax.ShapeDtypeStruct(t.shape, t.dtype), x)
+        jax.eval_shape(function, specs)
+        return
+    import tensorflow as tf
+
+    specs = tf.nest.map_structure(tf.type_spec_from_value, x)
+    with tf.init_scope():  # a graph of its own, whatever the caller's
+        tf.function(function, autograph=False).get_concrete_function(specs)
+
+
 def _random_like(value: Any, rows: int, rng: np.random.Generator) -> np.ndarray:
     shape = [rows] + [d if d is not None else 2 for d in list(value.shape)[1:]]
-    dtype = tf.as_dtype(value.dtype)
-    if dtype.is_integer or dtype.is_bool:
-        return rng.integers(0, 2, size=shape).astype(dtype.as_numpy_dtype)
-    return rng.uniform(0.05, 0.95, size=shape).astype(dtype.as_numpy_dtype)
+    dtype = np.dtype(keras.backend.standardize_dtype(value.dtype))
+    if dtype.kind in "iub":
+        return rng.integers(0, 2, size=shape).astype(dtype)
+    return rng.uniform(0.05, 0.95, size=shape).astype(dtype)
 
 
 def couples_samples(loss: Any, y_true: Any, y_pred: Any) -> bool:
@@ -85,13 +118,14 @@ def couples_samples(loss: Any, y_true: Any, y_pred: Any) -> bool:
     if len(y_true.shape) == 0 or len(y_pred.shape) == 0:
         return False
     rng = np.random.default_rng(0)
-    with tf.init_scope():
+    tensor = ops.convert_to_tensor
+    with _eager():
         try:
             true, pred = _random_like(y_true, _ROWS, rng), _random_like(y_pred, _ROWS, rng)
             half = _ROWS // 2
-            whole = np.asarray(call(tf.constant(true), tf.constant(pred)), dtype=np.float64)
+            whole = np.asarray(call(tensor(true), tensor(pred)), dtype=np.float64)
             parts = [
-                np.asarray(call(tf.constant(true[s]), tf.constant(pred[s])), dtype=np.float64)
+                np.asarray(call(tensor(true[s]), tensor(pred[s])), dtype=np.float64)
                 for s in (slice(0, half), slice(half, _ROWS))
             ]
         except Exception:  # noqa: BLE001 - a loss the random rows do not fit: no finding

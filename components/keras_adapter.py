@@ -40,12 +40,18 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import tensorflow as tf
 from keras import ops, tree
 from keras.src import backend as _backend
 from keras.src.losses import loss as _loss_lib
 from keras.src.models import functional as _functional
 from keras.src.models import model as _model
+
+# TensorFlow's strategy classes are needed on its backend only; on JAX the model runs
+# without TensorFlow installed (#35).
+if _backend.backend() == "tensorflow":
+    import tensorflow as tf
+else:
+    tf = None
 
 __all__ = [
     "LossTerm",
@@ -308,43 +314,56 @@ def _hidden_metrics(compile_loss: Any, count: int) -> Iterator[None]:
 # ------------------------------------------------------- several workers
 
 
-class MultiWorkerMirroredStrategy(tf.distribute.MultiWorkerMirroredStrategy):
-    """``tf.distribute.MultiWorkerMirroredStrategy`` that Keras 3's ``fit`` can train with.
+if tf is not None:
 
-    With two or more workers, plain Keras 3 ``fit`` under TensorFlow's strategy fails before
-    its first step (keras-team/keras#20585, tensorflow/tensorflow#72388; Keras 3.8 to 3.12
-    at least, and Keras master as of 2026-12). Keras's TensorFlow trainer
-    (``keras/src/backend/tensorflow/trainer.py``) makes two calls of ``Strategy.reduce``
-    that TensorFlow answers on one worker and rejects on several:
+    class MultiWorkerMirroredStrategy(tf.distribute.MultiWorkerMirroredStrategy):
+        """``tf.distribute.MultiWorkerMirroredStrategy`` that Keras 3's ``fit`` can train with.
 
-    1. ``TensorFlowTrainer._maybe_symbolic_build`` takes the first distributed batch (a
-       nest of ``PerReplica`` values) and calls ``reduce("MEAN", batch, axis=None)`` to
-       get a batch to build the model's state from (by its shapes). ``MirroredStrategy``
-       reduces a nest leaf by leaf (``MirroredExtended._reduce_to`` maps over it);
-       ``MultiWorkerMirroredStrategy`` across workers tries to convert the whole nest to
-       one tensor (``ValueError: Attempt to convert a value (PerReplica:{...}) with an
-       unsupported type``). Here a nest is reduced leaf by leaf, as ``MirroredStrategy``
-       does.
-    2. ``reduce_per_replica`` (the logs of every train and test step) calls
-       ``reduce("MEAN", value, axis=0)`` under a multi-worker strategy, where with one
-       worker it takes the mean over the replicas of each value; the logs are scalars, so
-       ``axis=0`` is out of range (``ValueError: Invalid reduction dimension 0 for input
-       with 0 dimensions``). Here a scalar is reduced with ``axis=None``: the mean over
-       all replicas of all workers, Keras's meaning, in one all-reduce.
+        With two or more workers, plain Keras 3 ``fit`` under TensorFlow's strategy fails before
+        its first step (keras-team/keras#20585, tensorflow/tensorflow#72388; Keras 3.8 to 3.12
+        at least, and Keras master as of 2026-12). Keras's TensorFlow trainer
+        (``keras/src/backend/tensorflow/trainer.py``) makes two calls of ``Strategy.reduce``
+        that TensorFlow answers on one worker and rejects on several:
 
-    Every other call is TensorFlow's own, and both cases above are calls that TensorFlow
-    rejects, so no valid use changes meaning. Gradients are not touched: Keras's optimizer
-    sums them with one ``all_reduce`` per update (``_all_reduce_sum_gradients``).
-    Tested with two worker processes (``tests/test_multi_worker.py``).
-    """
+        1. ``TensorFlowTrainer._maybe_symbolic_build`` takes the first distributed batch (a
+           nest of ``PerReplica`` values) and calls ``reduce("MEAN", batch, axis=None)`` to
+           get a batch to build the model's state from (by its shapes). ``MirroredStrategy``
+           reduces a nest leaf by leaf (``MirroredExtended._reduce_to`` maps over it);
+           ``MultiWorkerMirroredStrategy`` across workers tries to convert the whole nest to
+           one tensor (``ValueError: Attempt to convert a value (PerReplica:{...}) with an
+           unsupported type``). Here a nest is reduced leaf by leaf, as ``MirroredStrategy``
+           does.
+        2. ``reduce_per_replica`` (the logs of every train and test step) calls
+           ``reduce("MEAN", value, axis=0)`` under a multi-worker strategy, where with one
+           worker it takes the mean over the replicas of each value; the logs are scalars, so
+           ``axis=0`` is out of range (``ValueError: Invalid reduction dimension 0 for input
+           with 0 dimensions``). Here a scalar is reduced with ``axis=None``: the mean over
+           all replicas of all workers, Keras's meaning, in one all-reduce.
 
-    def reduce(self, reduce_op, value, axis):
-        mean = str(getattr(reduce_op, "value", reduce_op)).upper() == "MEAN"
-        if isinstance(value, (list, tuple, dict)):  # case 1: leaf by leaf
-            return tree.map_structure(lambda leaf: self.reduce(reduce_op, leaf, axis), value)
-        if mean and axis is not None and _rank(value) == 0:
-            axis = None  # case 2: a scalar log, averaged over the replicas
-        return super().reduce(reduce_op, value, axis)
+        Every other call is TensorFlow's own, and both cases above are calls that TensorFlow
+        rejects, so no valid use changes meaning. Gradients are not touched: Keras's optimizer
+        sums them with one ``all_reduce`` per update (``_all_reduce_sum_gradients``).
+        Tested with two worker processes (``tests/test_multi_worker.py``).
+        """
+
+        def reduce(self, reduce_op, value, axis):
+            mean = str(getattr(reduce_op, "value", reduce_op)).upper() == "MEAN"
+            if isinstance(value, (list, tuple, dict)):  # case 1: leaf by leaf
+                return tree.map_structure(lambda leaf: self.reduce(reduce_op, leaf, axis), value)
+            if mean and axis is not None and _rank(value) == 0:
+                axis = None  # case 2: a scalar log, averaged over the replicas
+            return super().reduce(reduce_op, value, axis)
+
+else:
+
+    class MultiWorkerMirroredStrategy:  # type: ignore[no-redef]
+        """TensorFlow's strategy across workers: only on the TensorFlow backend."""
+
+        def __init__(self, *args: Any, **kwargs: Any):
+            raise RuntimeError(
+                "tfx_accum.MultiWorkerMirroredStrategy is a tf.distribute strategy and needs "
+                f"KERAS_BACKEND=tensorflow (the Keras backend is {_backend.backend()!r})."
+            )
 
 
 def refuse_tensorflows_multi_worker_strategy(strategy: Any) -> None:
@@ -356,6 +375,8 @@ def refuse_tensorflows_multi_worker_strategy(strategy: Any) -> None:
     do anything. :class:`MultiWorkerMirroredStrategy` here, created with the same arguments,
     answers both; one worker needs nothing.
     """
+    if tf is None:
+        return  # a tf.distribute strategy needs the TensorFlow backend
     if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy) or isinstance(
         strategy, MultiWorkerMirroredStrategy
     ):
@@ -534,7 +555,8 @@ def self_check() -> None:
 
         def probe() -> None:
             try:
-                with tf.init_scope():  # eager, whatever the thread's default graph
+                # Eager, whatever the thread's default graph (TensorFlow; JAX is eager here).
+                with tf.init_scope() if tf is not None else contextlib.nullcontext():
                     _probe_loss_reductions()
             except BaseException as error:  # noqa: BLE001 - re-raised in the caller's thread
                 failure.append(error)
@@ -552,7 +574,8 @@ def _probe_loss_reductions() -> None:
     import numpy as np
     from keras import losses
 
-    if tf.distribute.has_strategy():  # the caller's duty; a scaled loss would misfire
+    # The caller's duty; a scaled loss would misfire.
+    if tf is not None and tf.distribute.has_strategy():
         raise AssertionError("the loss probe must run outside any distribution strategy")
     for helper in ("apply_mask", "squeeze_or_expand_to_same_rank", "standardize_reduction"):
         if not hasattr(_loss_lib, helper):

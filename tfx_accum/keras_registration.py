@@ -26,10 +26,10 @@ _TRIGGERS = ("tensorflow", "keras")
 
 
 def register() -> None:
-    """Imports the model's module, whose decorator registers the class (TensorFlow backend)."""
+    """Imports the model's module, whose decorator registers the class (TensorFlow or JAX)."""
     import keras
 
-    if keras.backend.backend() != "tensorflow":
+    if keras.backend.backend() not in ("tensorflow", "jax"):
         return
     import tfx_accum.components.accumulation  # noqa: F401 - registers on import
 
