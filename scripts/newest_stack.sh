@@ -2,7 +2,8 @@
 # The model alone, as a Keras user installs it (#30): the built wheel with no extra, in a
 # fresh virtual environment on the newest Python, TensorFlow and Keras (constraints-newest.txt,
 # the caps of pyproject.toml's ranges). Checks that no TFX, Beam or Keras Tuner came with it,
-# then runs the model's exactness tests against that installed wheel (not the source tree).
+# then runs the model's exactness tests against that installed wheel (not the source tree):
+# on TensorFlow, then on JAX (#35; JAX is installed beside it, the CPU wheels).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -36,7 +37,7 @@ start=$SECONDS
 rm -rf "$ENV"
 "$UV" venv --quiet --no-python-downloads --python "$PY" "$ENV"
 "$UV" pip install --quiet --compile-bytecode --python "$ENV/bin/python" -c constraints-newest.txt \
-  "$WHEELS"/tfx_accum-*.whl pytest pytest-xdist
+  "$WHEELS"/tfx_accum-*.whl pytest pytest-xdist jax jaxlib
 TF_CPP_MIN_LOG_LEVEL=3 "$ENV/bin/python" - <<'PY' 2>/dev/null
 import importlib.util, sys, keras, tensorflow as tf
 extra = [n for n in ("tfx", "apache_beam", "keras_tuner", "sklearn") if importlib.util.find_spec(n)]
@@ -56,3 +57,11 @@ TFX_ACCUM_TESTS_INSTALLED=1 "$ROOT/$ENV/bin/python" -m pytest -q -p no:cacheprov
   "$ROOT/tests/test_accumulation.py" \
   "$ROOT/tests/test_exactness_matrix.py" "$ROOT/tests/test_micro_batches.py" \
   -k "not peak_memory and (not xla or uneven_batches_sample_weights or lstm-xla)"
+echo "[newest-stack] the same exactness tests on the JAX backend"
+# On JAX, jit_compile=False runs the step op by op (slow, and the same step): the compiled
+# variants only ("xla"), and the tf.distribute and SavedModel tests skip themselves.
+KERAS_BACKEND=jax TFX_ACCUM_TESTS_INSTALLED=1 "$ROOT/$ENV/bin/python" -m pytest -q \
+  -p no:cacheprovider -n "$workers" --dist load --rootdir "$ROOT" -c "$ROOT/pyproject.toml" \
+  "$ROOT/tests/test_jax_backend.py" "$ROOT/tests/test_core_install.py" \
+  "$ROOT/tests/test_keras_surprises.py" "$ROOT/tests/test_accumulation.py" \
+  "$ROOT/tests/test_exactness_matrix.py" -k "not peak_memory and not graph"

@@ -50,6 +50,6 @@ def dense_classifier(regularized: bool = True) -> keras.Model:
 def classification_data(n: int = 100, seed: int = 0):
     rng = np.random.default_rng(seed)
     x = rng.normal(size=(n, 8)).astype("float32")
-    y = rng.integers(0, 3, n)
+    y = rng.integers(0, 3, n).astype("int32")  # JAX warns on int64 without x64
     sample_weight = rng.uniform(0.1, 2.0, n).astype("float32")
     return x, y, sample_weight

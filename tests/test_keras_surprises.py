@@ -166,6 +166,7 @@ def test_a_stateful_rnn_is_refused_with_k_above_1_and_exact_with_k_1():
     assert max_abs_diff(model.get_weights(), reference.get_weights()) < 1e-6
 
 
+@pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="tf.distribute")
 @pytest.mark.e2e
 def test_tensorflows_own_multi_worker_strategy_is_one_line_naming_the_public_one():
     """Two worker processes on the loopback address. Under the public
