@@ -779,18 +779,22 @@ class GradientAccumulationModel(keras.Model):
         # Every replica reports the exact whole-batch loss, weighted by its sample count
         # so that the cross-replica mean is that loss again (as plain Keras weights it);
         # likewise each output's loss, weighted as Keras weights it.
+        self._update_loss_metrics(batch_loss, all_sum(outputs_sum), metric_weights, n)
+        if kept:
+            return self.compute_metrics(x, y, kept.result(kept_state), sample_weight=sample_weight)
+        return self.get_metrics_result()
+
+    def _update_loss_metrics(self, batch_loss, per_output, metric_weights, n) -> None:
+        """Updates ``loss`` and each ``<output>_loss`` once per step, as plain Keras does:
+        ``per_output`` summed over micro-batches, weighted as ``_term_shares`` says."""
         adapter.loss_tracker(self).update_state(batch_loss, sample_weight=n)
-        per_output = all_sum(outputs_sum)
         output_metrics = adapter.per_output_loss_metrics(self)
-        if len(output_metrics) == outputs0.shape[0]:  # else compute_loss skipped super()
+        if len(output_metrics) == per_output.shape[0]:  # else compute_loss skipped super()
             for index, metric in enumerate(output_metrics):
                 weight = metric_weights[index]
                 metric.update_state(
                     per_output[index], sample_weight=n if weight is _ROWS else weight
                 )
-        if kept:
-            return self.compute_metrics(x, y, kept.result(kept_state), sample_weight=sample_weight)
-        return self.get_metrics_result()
 
     def _global_denominators(self, schedule, all_sum) -> dict[int, tf.Tensor]:
         """Denominators of masked and sample-weight-averaged losses over the whole batch.

@@ -102,7 +102,7 @@ def _keras_train_step(model: Any):
 def _accumulate(
     model, groups, n, trainable, non_trainable, optimizer_values, metrics_values, x, y, sw
 ):
-    from tfx_accum.components.accumulation import _ROWS, _Step
+    from tfx_accum.components.accumulation import _Step
 
     samples = float(n)
     denominators = _global_denominators(model, groups, trainable, non_trainable, x, y, sw)
@@ -217,18 +217,10 @@ def _accumulate(
     )
 
     y_pred = _whole_batch(predictions, pred_masks)
-    metric_weights = found["weights"]
     with keras.StatelessScope(
         state_mapping=list(zip(model.metrics_variables, metrics_values))
     ) as scope:
-        adapter.loss_tracker(model).update_state(batch_loss, sample_weight=n)
-        output_metrics = adapter.per_output_loss_metrics(model)
-        if len(output_metrics) == outputs_sum.shape[0]:  # else compute_loss skipped super()
-            for index, metric in enumerate(output_metrics):
-                weight = metric_weights[index]
-                metric.update_state(
-                    outputs_sum[index], sample_weight=n if weight is _ROWS else weight
-                )
+        model._update_loss_metrics(batch_loss, outputs_sum, found["weights"], n)
         logs = model.compute_metrics(x, y, y_pred, sample_weight=sw)
     metrics_values = [
         scope.get_current_value(v) if scope.get_current_value(v) is not None else v.value
