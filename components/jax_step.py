@@ -154,14 +154,12 @@ def _accumulate(
         )
         found["weights"] = list(step.per_output_weights)
         found["uses_super"] = step.super_called or not model._overrides("compute_loss")
-        masks = [adapter.keras_mask(leaf) for leaf in tree.flatten(y_pred)]
-        aux = (logged, per_output, y_pred, masks, non_trainable_values)
-        return scaled, aux
+        return scaled, (logged, per_output, y_pred, non_trainable_values)
 
     gradient_of_share = jax.value_and_grad(share_of_loss, has_aux=True)
     zeros = [jnp.zeros(jnp.shape(v), "float32") for v in trainable]
     carry = (list(non_trainable), zeros, jnp.zeros((), "float32"), None)
-    predictions, pred_masks, start = [], [], 0
+    predictions, start = [], 0
     for size, count in groups:
         batch = _group((x, y, sw), start, size, count)
         share = size / samples
@@ -170,27 +168,22 @@ def _accumulate(
             non_trainable_values, accumulated, loss_sum, outputs_sum = carry
             xj, yj, swj = micro_batch
             (_, aux), grads = gradient_of_share(trainable, non_trainable_values, xj, yj, swj, share)
-            logged, per_output, y_pred, masks, non_trainable_values = aux
+            logged, per_output, y_pred, non_trainable_values = aux
             accumulated = [a + g.astype("float32") for a, g in zip(accumulated, grads)]
             outputs_sum = per_output if outputs_sum is None else outputs_sum + per_output
-            return (non_trainable_values, accumulated, loss_sum + logged, outputs_sum), (
-                y_pred,
-                masks,
-            )
+            return (non_trainable_values, accumulated, loss_sum + logged, outputs_sum), y_pred
 
         if carry[3] is None:
             # The first micro-batch fixes the per-output vector's length: run it alone.
             first = tree.map_structure(lambda t: None if t is None else t[0], batch)
-            carry, (pred, masks) = body(carry, first)
+            carry, pred = body(carry, first)
             predictions.append(tree.map_structure(lambda t: t[None], pred))
-            pred_masks.append([None if m is None else m[None] for m in masks])
             batch = tree.map_structure(lambda t: None if t is None else t[1:], batch)
             count -= 1
             start += size
         if count:
-            carry, (pred, masks) = jax.lax.scan(body, carry, batch)
+            carry, pred = jax.lax.scan(body, carry, batch)
             predictions.append(pred)
-            pred_masks.append(masks)
         start += size * count
     non_trainable, accumulated, batch_loss, outputs_sum = carry
 
@@ -216,7 +209,7 @@ def _accumulate(
         optimizer_values, grads, trainable
     )
 
-    y_pred = _whole_batch(predictions, pred_masks)
+    y_pred = _whole_batch(predictions)
     with keras.StatelessScope(
         state_mapping=list(zip(model.metrics_variables, metrics_values))
     ) as scope:
@@ -229,19 +222,18 @@ def _accumulate(
     return logs, (trainable, non_trainable, optimizer_values, metrics_values)
 
 
-def _whole_batch(predictions: list[Any], masks: list[list[Any]]) -> Any:
-    """The micro-batches' predictions (stacked per group) as one batch, masks reattached."""
+def _whole_batch(predictions: list[Any]) -> Any:
+    """The micro-batches' predictions (stacked per group) as one batch, for the metrics.
+
+    Without Keras masks, as Keras's own JAX step gives its metrics: its ``y_pred`` comes
+    out of ``value_and_grad``'s aux, which carries no mask (Keras 3.15.1; on TensorFlow
+    the metrics see the mask, and so they do there in this model too).
+    """
 
     def join(*parts):
         return jnp.concatenate([p.reshape((-1,) + p.shape[2:]) for p in parts], axis=0)
 
-    whole = tree.map_structure(join, *predictions)
-    leaves = tree.flatten(whole)
-    for position, leaf in enumerate(leaves):
-        parts = [group[position] for group in masks]
-        if all(p is not None for p in parts):
-            adapter.set_keras_mask(leaf, join(*parts))
-    return whole
+    return tree.map_structure(join, *predictions)
 
 
 def _global_denominators(model, groups, trainable, non_trainable, x, y, sw) -> dict[int, Any]:
