@@ -8,7 +8,8 @@ wheels, see ``bench/gpu_jax.sh``)::
 For a transformer block and a conv net, at several effective batches, it measures:
 
 - **exactness**: the max abs weight difference after 3 SGD updates, plain ``fit`` on the
-  whole batch vs the model at ``k`` micro-batches (float32, same start, same batches);
+  whole batch vs the model at ``k`` micro-batches (float32 with full-precision matrix
+  products, same start, same batches);
 - **time**: the median step of the model at ``k`` over the plain step at the same effective
   batch, and over ``k`` plain steps at the micro-batch (what a user who cannot fit the big
   batch would otherwise run);
@@ -153,8 +154,13 @@ def exactness(name, batch, k, args) -> float:
     x, y = data(input_shape, classes, batch * 3, seed=1)
     plain, ga = make(name, input_shape, classes, None), make(name, input_shape, classes, k)
     ga.set_weights(plain.get_weights())
-    for model in (plain, ga):
-        model.fit(x, y, batch_size=batch, epochs=1, verbose=0, shuffle=False)
+    import jax
+
+    # Full float32 matrix products: a GPU's default TF32 rounds each product to 10 bits
+    # of mantissa, which would measure TF32, not the accumulation.
+    with jax.default_matmul_precision("highest"):
+        for model in (plain, ga):
+            model.fit(x, y, batch_size=batch, epochs=1, verbose=0, shuffle=False)
     return max(float(np.max(np.abs(a - b))) for a, b in zip(plain.get_weights(), ga.get_weights()))
 
 
