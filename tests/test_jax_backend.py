@@ -30,8 +30,8 @@ sys.meta_path.insert(0, _NoTensorFlow())
 """
 
 
-def _run(code: str, backend: str = "jax") -> subprocess.CompletedProcess:
-    env = {**os.environ, "KERAS_BACKEND": backend, "TF_CPP_MIN_LOG_LEVEL": "3"}
+def _run(code: str, backend: str = "jax", **env_vars: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "KERAS_BACKEND": backend, "TF_CPP_MIN_LOG_LEVEL": "3", **env_vars}
     return subprocess.run(
         [sys.executable, "-c", NO_TENSORFLOW + textwrap.dedent(code)],
         capture_output=True,
@@ -106,6 +106,54 @@ def test_exact_on_jax_without_tensorflow_and_k_changes_rebuild_the_step():
     # Batches of 32 and a last one of 4: two traces at k=3, and two more once k is 5 (k
     # shapes the compiled step on JAX: a new k builds a new one).
     assert result["traces"] == [2, 4]
+
+
+def test_data_parallel_over_two_devices_equals_plain_keras():
+    """keras.distribution.DataParallel (JAX's MirroredStrategy): 2 CPU devices, sharded batch."""
+    result = _result(
+        _run(
+            """
+            import json
+            import jax, keras, numpy as np
+            from tfx_accum.components import GradientAccumulationModel
+
+            keras.distribution.set_distribution(
+                keras.distribution.DataParallel(devices=jax.devices())
+            )
+
+            def build():
+                inputs = keras.Input((8,))
+                hidden = keras.layers.Dense(16, activation="relu")(inputs)
+                return keras.Model(inputs, keras.layers.Dense(3, activation="softmax")(hidden))
+
+            rng = np.random.default_rng(0)
+            x = rng.normal(size=(96, 8)).astype("float32")
+            y = rng.integers(0, 3, 96).astype("int32")
+            keras.utils.set_random_seed(0)
+            plain = build()
+            ga = GradientAccumulationModel.from_model(build(), gradient_accumulation_steps=4)
+            ga.set_weights(plain.get_weights())
+            logs = []
+            for model in (plain, ga):
+                model.compile(optimizer=keras.optimizers.SGD(0.1, momentum=0.9),
+                              loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+                logs.append(model.fit(x, y, batch_size=32, epochs=2, shuffle=False,
+                                      verbose=0).history)
+            print(json.dumps({
+                "devices": len(jax.devices()),
+                "diff": max(float(np.max(np.abs(a - b)))
+                            for a, b in zip(plain.get_weights(), ga.get_weights())),
+                "logs": logs,
+            }))
+            """,
+            XLA_FLAGS="--xla_force_host_platform_device_count=2",
+        )
+    )
+    assert result["devices"] == 2
+    assert result["diff"] < 1e-5
+    plain_logs, ga_logs = result["logs"]
+    for key in ("loss", "accuracy"):
+        assert ga_logs[key] == pytest.approx(plain_logs[key], rel=1e-5), key
 
 
 def test_a_micro_batch_cut_covers_the_batch_long_ones_first():
