@@ -124,26 +124,29 @@ def one(args) -> dict:
     input_shape, classes, _, _ = (SMOKE if args.smoke else SHAPES)[name]
     x, y = data(input_shape, classes, batch * args.steps)
     model = make(name, input_shape, classes, k or None)
-    result = {"seconds": step_seconds(model, x, y, batch, args.steps), "peak": peak_bytes()}
-    return result
+    return {"seconds": step_seconds(model, x, y, batch, args.steps), "peak": peak_bytes()}
+
+
+def _in_fresh_process(name, batch, k, args, steps: int, **env) -> subprocess.CompletedProcess:
+    """``one`` for ``name`` at ``batch`` (k None or 0: plain) in a process of its own."""
+    command = [sys.executable, __file__, "--one", f"{name},{batch},{k or 0}"]
+    command += ["--steps", str(steps)] + (["--smoke"] if args.smoke else [])
+    return subprocess.run(
+        command, env={**os.environ, **env}, capture_output=True, text=True, timeout=600
+    )
 
 
 def fits(name, batch, k, args) -> bool:
     """Whether one step at ``batch`` (k None: plain) fits in the cap, in a fresh process."""
-    env = {**os.environ, "XLA_PYTHON_CLIENT_MEM_FRACTION": f"{args.cap_fraction:.4f}"}
-    command = [sys.executable, __file__, "--one", f"{name},{batch},{k or 0}", "--steps", "1"]
-    if args.smoke:
-        command.append("--smoke")
-    proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    fraction = f"{args.cap_fraction:.4f}"
+    proc = _in_fresh_process(name, batch, k, args, 1, XLA_PYTHON_CLIENT_MEM_FRACTION=fraction)
     return proc.returncode == 0
 
 
 def measure(name, batch, k, args) -> dict:
     if args.smoke:  # no device memory to isolate: in this process, to keep CI's test short
         return one(argparse.Namespace(**{**vars(args), "one": f"{name},{batch},{k}"}))
-    command = [sys.executable, __file__, "--one", f"{name},{batch},{k}", "--steps"]
-    command += [str(args.steps)] + (["--smoke"] if args.smoke else [])
-    proc = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    proc = _in_fresh_process(name, batch, k, args, args.steps)
     if proc.returncode != 0:
         return {"error": proc.stderr.strip().splitlines()[-1:]}
     return json.loads(proc.stdout.strip().splitlines()[-1])

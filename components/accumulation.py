@@ -603,7 +603,7 @@ class GradientAccumulationModel(keras.Model):
         """
         if _BACKEND == "jax":
             object.__setattr__(self, "_entered_train_step", True)
-            return jax_step.train_step(self, *args)
+            return jax_step.train_step(self, *args, plain_step=super().train_step)
         (data,) = args
         object.__setattr__(self, "_entered_train_step", True)
         if not tf.executing_eagerly():

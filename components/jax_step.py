@@ -66,37 +66,31 @@ def _is_tracing(structure: Any) -> bool:
     return any(isinstance(t, jax.core.Tracer) for t in tree.flatten(structure))
 
 
-def train_step(model: Any, state: tuple, data: Any) -> tuple[dict, tuple]:
-    """``JAXTrainer.train_step`` with exact accumulation over ``model``'s ``k`` micro-batches."""
+def train_step(model: Any, state: tuple, data: Any, plain_step) -> tuple[dict, tuple]:
+    """``JAXTrainer.train_step`` with exact accumulation over ``model``'s ``k`` micro-batches.
+
+    ``plain_step(state, data)`` is Keras's own step (the model's ``super().train_step``),
+    used where accumulation does not apply (``k = 1``, no trainable weights).
+    """
     trainable, non_trainable, optimizer_values, metrics_values = state
     x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
     k = model._steps_value
     if _is_tracing(x):
         object.__setattr__(model, "_train_step_traces", model.train_step_trace_count + 1)
     object.__setattr__(model, "_traced_static_steps", k)  # k shapes the compiled step
-    base = _keras_train_step(model)
     if k == 1 or not model.trainable_weights:
-        return base(state, data)
-    if model._stateful_rnn_names():
-        model._refuse_stateful_rnn(k)
+        return plain_step(state, data)
+    model._refuse_stateful_rnn(k)
     model._warn_if_batch_normalization()
     variables = model.trainable_variables + model.non_trainable_variables
     model._find_inexact_cases(x, list(zip(variables, list(trainable) + list(non_trainable))))
     n = _rows(x)
-    groups = micro_batch_groups(n, k)
     logs_and_state = _accumulate(
-        model, groups, n, trainable, non_trainable, optimizer_values, metrics_values,
-        x, y, sample_weight,
+        model, micro_batch_groups(n, k), n, trainable, non_trainable, optimizer_values,
+        metrics_values, x, y, sample_weight,
     )  # fmt: skip
     model._warn_inexact_cases()
     return logs_and_state
-
-
-def _keras_train_step(model: Any):
-    """Keras's own JAX ``train_step`` (plain training on the whole batch), bound to ``model``."""
-    from keras.src.backend.jax.trainer import JAXTrainer
-
-    return JAXTrainer.train_step.__get__(model)
 
 
 def _accumulate(
@@ -251,8 +245,7 @@ def _global_denominators(model, groups, trainable, non_trainable, x, y, sw) -> d
         return adapter.compile_loss_terms(model, yj, y_pred, swj)
 
     size, _ = groups[0]
-    first = _group((x, y, sw), 0, size, 1)
-    first = tree.map_structure(lambda t: None if t is None else t[0], first)
+    first = tree.map_structure(lambda t: None if t is None else jnp.asarray(t)[:size], (x, y, sw))
 
     def record_kinds(*micro_batch):
         kinds.extend(t.kind for t in terms_of(*micro_batch))
