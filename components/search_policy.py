@@ -10,7 +10,11 @@ milliseconds, used by the Tuner's oracle and tuner classes and by the Trainer):
 - :func:`choose_trainer_split`: among the trials that train the best trial's model, the
   fastest measured split goes to the Trainer;
 - :func:`within_effective_batch_limit`: a proposal above ``max_effective_batch`` becomes
-  the nearest combination that fits.
+  the nearest combination that fits;
+- :func:`untried_configuration`: what the search proposes when its algorithm repeats a
+  configuration already trained (a trial spent on a repeat would train nothing new);
+- :func:`other_splits`: the splits of the best effective batch that no trial timed, timed
+  after the search so that the Trainer gets the fastest.
 
 And the budget rule: every trial sees the same number of training examples
 (:func:`steps_per_epoch`), whatever its effective batch.
@@ -34,6 +38,7 @@ from typing import Any
 
 from tfx_accum.components.settings import (
     HP_ACCUMULATION_STEPS,
+    HP_LEARNING_RATE,
     HP_MICRO_BATCH_SIZE,
     RESPLIT_FROM_SPLIT,
     RESPLIT_FROM_TRIAL,
@@ -182,6 +187,65 @@ def within_effective_batch_limit(
         raise ValueError(f"No accumulation steps x micro-batch combination fits {limit}.")
     k, m = max(fits, key=lambda pair: (pair[1] == m, pair[0] * pair[1], pair[1]))
     return {**values, HP_ACCUMULATION_STEPS: k, HP_MICRO_BATCH_SIZE: m}
+
+
+def other_splits(
+    k: int,
+    m: int,
+    accumulation_steps_choices: Sequence[int],
+    micro_batch_choices: Sequence[int],
+    timed: Iterable[tuple[int, int]] = (),
+) -> list[tuple[int, int]]:
+    """The splits ``(k', m')`` of the effective batch ``k x m`` in the space, ``(k, m)`` and
+    those in ``timed`` left out, largest micro-batch first (usually the fastest)."""
+    skip = {(k, m), *timed}
+    return sorted(
+        (
+            (kk, mm)
+            for kk in accumulation_steps_choices
+            for mm in micro_batch_choices
+            if kk * mm == k * m and (kk, mm) not in skip
+        ),
+        key=lambda split: -split[1],
+    )
+
+
+def untried_configuration(
+    proposal: dict[str, Any],
+    tried: Iterable[dict[str, Any]],
+    accumulation_steps_choices: Sequence[int],
+    micro_batch_choices: Sequence[int],
+    learning_rates: Sequence[float],
+    limit: int | None,
+    rng,
+) -> dict[str, Any] | None:
+    """``proposal`` with ``k``, ``m`` and the learning rate replaced by a configuration no
+    trial in ``tried`` trains (another :func:`duplicate_key`), or None when none is left.
+
+    The untried models (effective batch, learning rate) are equally likely, then their
+    splits; ``rng`` is a seeded ``random.Random`` (the search stays reproducible). Every
+    other value (a model function's own) is the proposal's.
+    """
+    taken = {duplicate_key(values) for values in tried}
+    by_model: dict[tuple, list[dict[str, Any]]] = {}
+    for k in accumulation_steps_choices:
+        for m in micro_batch_choices:
+            if exceeds_effective_batch_limit(k, m, limit):
+                continue
+            for lr in learning_rates:
+                values = {
+                    **proposal,
+                    HP_ACCUMULATION_STEPS: k,
+                    HP_MICRO_BATCH_SIZE: m,
+                    HP_LEARNING_RATE: lr,
+                }
+                key = duplicate_key(values)
+                if key not in taken:
+                    by_model.setdefault(key, []).append(values)
+    if not by_model:
+        return None
+    splits = by_model[rng.choice(sorted(by_model, key=repr))]
+    return rng.choice(splits)
 
 
 def steps_per_epoch(examples: int, global_batch: int) -> int:

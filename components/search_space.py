@@ -17,6 +17,7 @@ SearchSpace.from_config(custom_config["search_space"])  # validates again
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -33,6 +34,34 @@ from tfx_accum.components.settings import (
 )
 
 ALGORITHMS = ("bayesian", "random", "hyperband")
+DEFAULT_MAX_TRIAL_EXAMPLES = 200_000  # a trial's examples in all, when not given
+
+
+@dataclasses.dataclass(frozen=True)
+class TrialBudget:
+    """What every trial trains on: ``epochs`` epochs of ``examples_per_epoch`` examples;
+    ``uncapped``: the examples whole epochs would have been, when the cap applies."""
+
+    examples_per_epoch: int
+    epochs: int
+    uncapped: int | None
+
+    @property
+    def examples(self) -> int:
+        return self.examples_per_epoch * self.epochs
+
+    def describe_cap(self) -> str | None:
+        """One line when the cap applies, saying so and how to train whole epochs."""
+        if self.uncapped is None:
+            return None
+        return (
+            f"[tuner] each trial trains on {self.examples:,} examples ({self.epochs} x "
+            f"{self.examples_per_epoch:,}), not the {self.uncapped:,} of {self.epochs} whole "
+            "epochs: the same seeded subsample for every trial, which ranks the "
+            "configurations at a fraction of the cost; the Trainer trains the best for as "
+            "many (--train-steps for more). Whole epochs: --trial-examples 0, or "
+            "--tuning-epochs N given"
+        )
 
 
 def _positive_int_choices(name: str, values: Any) -> tuple[int, ...]:
@@ -69,14 +98,25 @@ class SearchSpace:
             (``None``: no limit).
         max_micro_batch: micro-batch choices above this are dropped before the search
             (``None``: all; on a GPU the memory probe also drops what does not fit).
+        distinct_trials: random and Bayesian search propose only models no trial trains
+            yet (another effective batch or learning rate): ``max_trials`` trials train
+            ``max_trials`` distinct models (fewer when the space has fewer). Hyperband
+            runs configurations again on purpose.
         reuse_exact_duplicates: a trial with the effective batch, learning rate and data
             order of a finished trial trains the same model (accumulation is exact): it
-            reuses that trial's score and only measures its own speed and memory.
+            reuses that trial's score and only measures its own speed and memory (with
+            ``distinct_trials``, only Hyperband proposes such trials).
         algorithm: ``"bayesian"`` (default), ``"random"`` or ``"hyperband"``.
         max_trials: number of trials (Bayesian and random search).
         tuning_epochs: epochs per trial; an epoch is ``examples_per_epoch`` examples.
         examples_per_epoch: training examples per tuning epoch, identical for every trial
-            whatever its effective batch (``None``: the size of the training split).
+            whatever its effective batch (``None``: the size of the training split, within
+            ``max_trial_examples``). Given, it is the budget: no cap applies.
+        max_trial_examples: the cap on a trial's examples in all epochs when
+            ``examples_per_epoch`` is not given (``None``: whole epochs). Trials only rank
+            configurations: on a large training split, whole epochs would cost more than
+            training the final model several times. Capped, every trial sees the same
+            first examples of the same seeded shuffle (see :meth:`trial_budget`).
         seed: seed of the search and of the trial data order.
     """
 
@@ -87,11 +127,13 @@ class SearchSpace:
     learning_rate_step: float | None = 10**0.25
     max_effective_batch: int | None = None
     max_micro_batch: int | None = None
+    distinct_trials: bool = True
     reuse_exact_duplicates: bool = True
     algorithm: str = "bayesian"
     max_trials: int = 8
     tuning_epochs: int = 4
     examples_per_epoch: int | None = None
+    max_trial_examples: int | None = DEFAULT_MAX_TRIAL_EXAMPLES
     seed: int = 42
 
     def __post_init__(self) -> None:
@@ -114,11 +156,11 @@ class SearchSpace:
                 "`learning_rate_step` must be a factor > 1 (e.g. 1.78 for four values per "
                 f"decade) or None. Received: learning_rate_step={self.learning_rate_step!r}."
             )
-        if not isinstance(self.reuse_exact_duplicates, bool):
-            raise ValueError(
-                "`reuse_exact_duplicates` must be true or false. "
-                f"Received: {self.reuse_exact_duplicates!r}."
-            )
+        for name in ("distinct_trials", "reuse_exact_duplicates"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(
+                    f"`{name}` must be true or false. Received: {getattr(self, name)!r}."
+                )
         if self.algorithm not in ALGORITHMS:
             raise ValueError(
                 f"`algorithm` must be one of {', '.join(ALGORITHMS)}. "
@@ -128,7 +170,12 @@ class SearchSpace:
             _as_value_error(validate_positive_int, name, getattr(self, name))
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
             raise ValueError(f"`seed` must be an integer >= 0. Received: seed={self.seed!r}.")
-        for name in ("max_effective_batch", "max_micro_batch", "examples_per_epoch"):
+        for name in (
+            "max_effective_batch",
+            "max_micro_batch",
+            "examples_per_epoch",
+            "max_trial_examples",
+        ):
             if getattr(self, name) is not None:
                 _as_value_error(validate_positive_int, name, getattr(self, name))
         if self.max_micro_batch is not None:
@@ -147,6 +194,16 @@ class SearchSpace:
                 f"smallest effective batch is {k} x {m} = {k * m}. Raise the limit or add "
                 "smaller choices."
             )
+
+    def trial_budget(self, training_examples: int) -> TrialBudget:
+        """A trial's examples per epoch on a training split of ``training_examples``."""
+        if self.examples_per_epoch is not None:
+            return TrialBudget(self.examples_per_epoch, self.tuning_epochs, None)
+        whole = self.tuning_epochs * training_examples
+        if self.max_trial_examples is None or whole <= self.max_trial_examples:
+            return TrialBudget(training_examples, self.tuning_epochs, None)
+        per_epoch = max(1, math.ceil(self.max_trial_examples / self.tuning_epochs))
+        return TrialBudget(per_epoch, self.tuning_epochs, whole)
 
     def declare(self, hp) -> tuple[int, int, float]:
         """Declares the three hyperparameters in ``hp`` (a ``keras_tuner.HyperParameters``);

@@ -32,6 +32,8 @@ from tfx_accum import needs_tfx  # noqa: F401 - first: without the tfx extra, on
 
 # isort: split
 import copy
+import dataclasses
+import random
 import time
 from typing import Any
 
@@ -45,7 +47,10 @@ from tfx_accum.components.peak_memory import PeakMemory
 from tfx_accum.components.search_policy import (
     TrialRecord,
     choose_trainer_split,
+    duplicate_key,
     finished_duplicate,
+    other_splits,
+    untried_configuration,
 )
 from tfx_accum.components.search_space import SearchSpace
 from tfx_accum.components.settings import (
@@ -59,6 +64,7 @@ from tfx_accum.components.settings import (
 )
 
 _MEASURED = (TRIAL_EXAMPLES, TRIAL_SPEED, TRIAL_PEAK_MEMORY, TRIAL_REUSED_FROM)
+_PROPOSALS = 3  # repeats asked of the algorithm before an untried configuration is drawn
 PROJECT_NAME = "tfx_accum"  # Keras Tuner's project folder inside the search directory
 
 
@@ -104,7 +110,49 @@ class AccumulationOracleMixin:
         self.space = space
 
     def populate_space(self, trial_id):
-        result = super().populate_space(trial_id)
+        """The algorithm's proposal, within ``max_effective_batch`` and, with
+        ``space.distinct_trials`` (random and Bayesian search), a model no trial trains yet.
+
+        A proposal with a tried trial's effective batch and learning rate would train the
+        same model again (exact accumulation): the algorithm is asked again (Bayesian
+        optimization restarts its acquisition from new random points; random search draws
+        again), and after ``_PROPOSALS`` repeats an untried configuration is drawn at
+        random (``search_policy.untried_configuration``). None left: the search stops, so
+        ``max_trials`` counts distinct models, never repeats.
+        """
+        if not self._distinct():
+            return self._within_limit(super().populate_space(trial_id))
+        tried = [t.hyperparameters.values for t in self.trials.values()]
+        taken = {duplicate_key(values) for values in tried}
+        result = None
+        for _ in range(_PROPOSALS):
+            result = self._within_limit(super().populate_space(trial_id))
+            if result.get("status") != "RUNNING" or duplicate_key(result["values"]) not in taken:
+                return result
+        # The learning rates Keras Tuner's own Float proposes (its grid with a step).
+        (learning_rate,) = (hp for hp in self.hyperparameters.space if hp.name == HP_LEARNING_RATE)
+        values = untried_configuration(
+            result["values"],
+            tried,
+            self.space.accumulation_steps_choices,
+            self.space.micro_batch_choices,
+            sorted(set(learning_rate.values)),
+            self.space.max_effective_batch,
+            random.Random(f"{self.space.seed}/{trial_id}"),
+        )
+        if values is None:
+            console.say(
+                f"[tuner] all {len(taken)} distinct configurations of the search space are "
+                "trained: the search stops before max_trials"
+            )
+            return {"status": "STOPPED", "values": None}
+        return {"status": "RUNNING", "values": values}
+
+    def _distinct(self) -> bool:
+        # Hyperband runs a configuration again on purpose (more epochs, from its weights).
+        return self.space.distinct_trials and self.space.algorithm != "hyperband"
+
+    def _within_limit(self, result: dict) -> dict:
         if result.get("values"):
             result["values"] = self.space.within_limit(result["values"])
         return result
@@ -200,6 +248,7 @@ class AccumulationTunerMixin:
             super().search(*args, **kwargs)
             self._say_traces()
         trials = list(self.oracle.trials.values())
+        self._split_timings = self._time_other_splits(trials)
         if not any(t.status == "COMPLETED" for t in trials):
             last = next((t.message for t in reversed(trials) if t.message), "no trial ran")
             raise RuntimeError(
@@ -224,6 +273,54 @@ class AccumulationTunerMixin:
                 )
             )
 
+    def trial_records(self, trials=None) -> list[TrialRecord]:
+        """The trials as the policy sees them, with the splits timed after the search."""
+        trials = self.oracle.trials.values() if trials is None else trials
+        return [*(trial_record(t) for t in trials), *getattr(self, "_split_timings", [])]
+
+    def _time_other_splits(self, trials: list) -> list[TrialRecord]:
+        """The best trial's model at the other splits of its effective batch, timed (a few
+        updates each, not trained to a score: accumulation is exact, so the score is the
+        best trial's). Not trials: they spend none of ``max_trials``. The Trainer gets the
+        fastest (``choose_trainer_split``). Skipped in a parallel search's chief, which
+        holds no data: there only the trials' own timings count."""
+        records = [trial_record(t) for t in trials]
+        choice = choose_trainer_split(records, self.hypermodel.direction)
+        if choice is None or self.hypermodel.splits is None or parallel_search.is_worker():
+            return []
+        best, space = choice.best, self.hypermodel.space
+        key = duplicate_key(best.values)
+        timed = [r.split for r in records if r.scored and duplicate_key(r.values) == key]
+        timings = []
+        for k, m in other_splits(
+            *best.split, space.accumulation_steps_choices, space.micro_batch_choices, timed
+        ):
+            hp = self.oracle.trials[best.trial_id].hyperparameters.copy()
+            hp.values.update({HP_ACCUMULATION_STEPS: k, HP_MICRO_BATCH_SIZE: m})
+            try:
+                speed = self.hypermodel.measure_speed(hp, self.hypermodel.build(hp))
+            except keras_tuner.errors.FailedTrialError as error:
+                console.say(f"[tuner] split {k} x {m} not timed: {error}")
+                continue
+            timings.append(
+                dataclasses.replace(
+                    best,
+                    values=dict(hp.values),
+                    speed=speed.get(TRIAL_SPEED),
+                    reused_from=best.trial_id,
+                )
+            )
+        if timings:
+            console.say(
+                f"[tuner] timed the best trial's effective batch at {len(timings)} other "
+                "split(s): "
+                + ", ".join(
+                    f"{r.split[0]} x {r.split[1]} {r.speed or 0:,.0f} examples/s" for r in timings
+                )
+                + f" (trial {best.trial_id}'s own: {best.speed or 0:,.0f} examples/s)"
+            )
+        return timings
+
     def _say_results(self, trials: list) -> None:
         reused = [t for t in trials if _metric(t, TRIAL_REUSED_FROM) is not None]
         if reused:
@@ -232,24 +329,26 @@ class AccumulationTunerMixin:
                 "finished trial (same effective batch and learning rate): their scores were "
                 "reused, not retrained"
             )
-        choice = choose_trainer_split((trial_record(t) for t in trials), self.hypermodel.direction)
+        choice = choose_trainer_split(self.trial_records(trials), self.hypermodel.direction)
         if choice is not None and choice.resplit:
             (k, m), (new_k, new_m) = choice.best.split, choice.fastest.split
+            source = (
+                "timed after the search"
+                if choice.fastest.trial_id == choice.best.trial_id
+                else f"trial {choice.fastest.trial_id} ran"
+            )
             console.say(
                 f"[tuner] best: trial {choice.best.trial_id} ({k} x {m}, effective batch "
-                f"{k * m}); trial {choice.fastest.trial_id} ran the same effective batch "
-                f"and learning rate as {new_k} x {new_m} {choice.speedup:.2f}x faster. "
-                "Accumulation is exact, so that split trains the same model: the "
-                "Trainer uses it"
+                f"{k * m}); {source} the same effective batch and learning rate as "
+                f"{new_k} x {new_m} {choice.speedup:.2f}x faster. Accumulation is exact, so "
+                "that split trains the same model: the Trainer uses it"
             )
 
     def get_best_hyperparameters(self, num_trials=1):
         """The Tuner's decision first: the best trial's values with the fastest exact split
         of its effective batch (``search_policy.choose_trainer_split``), then the rest."""
         found = super().get_best_hyperparameters(num_trials)
-        choice = choose_trainer_split(
-            (trial_record(t) for t in self.oracle.trials.values()), self.hypermodel.direction
-        )
+        choice = choose_trainer_split(self.trial_records(), self.hypermodel.direction)
         if choice is None or not found:
             return found
         decision = self.oracle.trials[choice.best.trial_id].hyperparameters.copy()

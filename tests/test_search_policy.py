@@ -14,7 +14,9 @@ from tfx_accum.components.search_policy import (
     duplicate_key,
     exceeds_effective_batch_limit,
     finished_duplicate,
+    other_splits,
     steps_per_epoch,
+    untried_configuration,
     within_effective_batch_limit,
 )
 from tfx_accum.components.settings import TRIAL_SPEED, TunerDecision
@@ -98,6 +100,30 @@ def test_the_decision_round_trips_through_best_hyperparameters():
     assert decision.hyperparameters.micro_batch_size == 16
     assert decision.resplit_from_trial == "00" and decision.resplit_from_split == "4 x 8"
     assert "2.50x faster" in decision.describe_source()
+
+
+def test_an_untried_configuration_is_another_model_until_none_is_left():
+    import random
+
+    choices = ((1, 2), (8, 16), (1e-3, 1e-2), None)  # effective batches 8, 16, 32 x 2 rates
+    tried: list[dict] = []
+    rng = random.Random(0)
+    while (
+        values := untried_configuration(_values(1, 8, units=64), tried, *choices, rng)
+    ) is not None:
+        assert duplicate_key(values) not in {duplicate_key(t) for t in tried}
+        assert values["units"] == 64  # a model function's own value is the proposal's
+        tried.append(values)
+    assert len(tried) == 3 * 2  # every model once, then None
+    limited = untried_configuration(_values(1, 8), [], (1, 2), (8, 16), (1e-3,), 16, rng)
+    assert limited["accumulation_steps"] * limited["micro_batch_size"] <= 16
+
+
+def test_the_other_splits_of_an_effective_batch_are_the_untimed_ones():
+    k_choices, m_choices = (1, 2, 4, 8), (8, 16, 32, 64)
+    assert other_splits(2, 32, k_choices, m_choices) == [(1, 64), (4, 16), (8, 8)]
+    assert other_splits(2, 32, k_choices, m_choices, timed=[(1, 64)]) == [(4, 16), (8, 8)]
+    assert other_splits(1, 8, k_choices, m_choices) == []
 
 
 def test_the_effective_batch_limit_is_one_rule():

@@ -10,8 +10,9 @@ import tensorflow as tf
 from tiny_data import tiny_splits
 
 from tfx_accum.components.hypermodel import AccumulationHyperModel
+from tfx_accum.components.search_policy import duplicate_key
 from tfx_accum.components.search_space import SearchSpace
-from tfx_accum.components.search_tuners import make_tuner
+from tfx_accum.components.search_tuners import AccumulationOracleMixin, make_tuner
 
 
 class _OutOfMemoryAbove32(AccumulationHyperModel):
@@ -124,14 +125,29 @@ def test_a_reused_trial_model_trains_like_a_fresh_one():
     assert max(float(np.max(np.abs(a - b))) for a, b in zip(second, fresh)) < 1e-6
 
 
-def test_one_traced_step_serves_the_whole_default_search(tmp_path):
-    """The default space (k 1-8, m 8-64, a log range of learning rates), 8 trials: the
-    training step is traced once (counted, not timed)."""
+def test_the_default_search_trains_8_distinct_models_with_one_traced_step(tmp_path):
+    """The default space (k 1-8, m 8-64, a log range of learning rates), 8 trials: 8
+    distinct models (no trial repeats another's effective batch and learning rate), and
+    the training step is traced once (counted, not timed), the timing of the best
+    effective batch's other splits included."""
     space = SearchSpace(tuning_epochs=1)
     hypermodel = AccumulationHyperModel(space, tiny_splits(), "mlp")
-    make_tuner(space, hypermodel, str(tmp_path)).search(epochs=1)
+    tuner = make_tuner(space, hypermodel, str(tmp_path))
+    tuner.search(epochs=1)
     trials = list(make_tuner(space, hypermodel, str(tmp_path), resume=True).oracle.trials.values())
     assert len(trials) == space.max_trials == 8
+    assert all(t.status == "COMPLETED" for t in trials)
+    assert len({duplicate_key(t.hyperparameters.values) for t in trials}) == 8
+    best = tuner.oracle.get_best_trials(1)[0].hyperparameters.values
+    effective = best["accumulation_steps"] * best["micro_batch_size"]
+    timed = {(r.split, r.trial_id) for r in tuner.trial_records() if r.speed}
+    splits_in_space = {
+        (k, m)
+        for k in space.accumulation_steps_choices
+        for m in space.micro_batch_choices
+        if k * m == effective
+    }
+    assert splits_in_space <= {split for split, _ in timed}  # every split of the best timed
     splits = {
         (t.hyperparameters.get("accumulation_steps"), t.hyperparameters.get("micro_batch_size"))
         for t in trials
@@ -181,3 +197,76 @@ def test_an_identical_trial_reuses_score_speed_and_memory_without_training(tmp_p
     for name in ("examples_per_second", "peak_memory_mb", "examples"):
         assert result[name] == source.metrics.get_last_value(name)
     assert result["reused_from"] == float(int(source.trial_id))
+
+
+class _Repeats(keras_tuner.Oracle):
+    """An algorithm that proposes the same configuration every time."""
+
+    def populate_space(self, trial_id):
+        return {"status": "RUNNING", "values": self.hyperparameters.values | _SAME}
+
+
+_SAME = {"accumulation_steps": 1, "micro_batch_size": 8, "learning_rate": 0.01}
+
+
+class _RepeatingOracle(AccumulationOracleMixin, _Repeats):
+    pass
+
+
+def _proposals(tmp_path, distinct: bool, max_trials: int) -> list:
+    space = SearchSpace(
+        accumulation_steps_choices=(1, 2),
+        micro_batch_choices=(8, 16),
+        learning_rate_min=1e-3,
+        learning_rate_max=1e-1,
+        learning_rate_step=10,
+        algorithm="random",
+        max_trials=max_trials,
+        distinct_trials=distinct,
+    )
+    oracle = _RepeatingOracle(
+        objective=keras_tuner.Objective("val_accuracy", "max"), max_trials=max_trials, space=space
+    )
+    oracle._set_project_dir(str(tmp_path), "p")
+    space.declare(oracle.hyperparameters)
+    proposed = []
+    while (trial := oracle.create_trial("tuner0")).status == "RUNNING":
+        proposed.append(dict(trial.hyperparameters.values))
+        oracle.update_trial(trial.trial_id, {"val_accuracy": 0.5})
+        trial.status = "COMPLETED"
+        oracle.end_trial(trial)
+    return proposed
+
+
+def test_a_repeated_proposal_does_not_spend_a_trial(tmp_path):
+    """An algorithm that repeats itself still trains max_trials distinct models, then stops
+    when the space has none left; with distinct_trials off, the repeats are its trials."""
+    proposed = _proposals(tmp_path / "distinct", True, max_trials=5)
+    assert proposed[0] == _SAME
+    assert len({duplicate_key(v) for v in proposed}) == len(proposed) == 5
+    every = _proposals(tmp_path / "all", True, max_trials=20)
+    assert len({duplicate_key(v) for v in every}) == len(every) == 3 * 3  # 3 batches x 3 rates
+    repeats = _proposals(tmp_path / "repeats", False, max_trials=3)
+    assert repeats == [_SAME] * 3
+
+
+def test_capped_trials_train_the_same_subsample_and_the_search_ranks_on_it(tmp_path):
+    """96 training rows x 2 epochs above a cap of 100 examples: every trial trains on 2 x 50
+    examples (whole batches), the same first examples of the same seeded stream."""
+    space = SearchSpace(
+        accumulation_steps_choices=(1, 2),
+        micro_batch_choices=(8,),
+        learning_rate_step=10,
+        algorithm="random",
+        max_trials=3,
+        tuning_epochs=2,
+        max_trial_examples=100,
+    )
+    hypermodel = AccumulationHyperModel(space, tiny_splits(), "mlp")
+    tuner = make_tuner(space, hypermodel, str(tmp_path))
+    tuner.search(epochs=space.tuning_epochs)
+    for trial in tuner.oracle.trials.values():
+        values = trial.hyperparameters.values
+        batch = values["accumulation_steps"] * values["micro_batch_size"]
+        steps = -(-50 // batch)
+        assert trial.metrics.get_last_value("examples") == 2 * steps * batch < 2 * 96
