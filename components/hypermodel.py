@@ -151,7 +151,7 @@ class AccumulationHyperModel(keras_tuner.HyperModel):
                 f"effective batch {k} x {m} = {k * m} exceeds "
                 f"max_effective_batch={self.space.max_effective_batch}"
             )
-        examples = self.space.examples_per_epoch or self.splits.train_size
+        examples = self.space.trial_budget(self.splits.train_size).examples_per_epoch
         epochs = kwargs.pop("epochs", self.space.tuning_epochs)
         kwargs.pop("x", None)
         kwargs.pop("validation_data", None)

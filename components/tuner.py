@@ -111,7 +111,7 @@ def tuner_fn(fn_args):
         if gpu_present():
             say_dropped(hypermodel.probe_micro_batches())
             space = hypermodel.space
-    budget = space.examples_per_epoch or training_examples(data)
+    budget = space.trial_budget(training_examples(data))
     if line := describe_precision(settings.precision, "tuner"):
         console.say(line)
     console.say(
@@ -120,10 +120,13 @@ def tuner_fn(fn_args):
         f"micro-batch {list(space.micro_batch_choices)}, learning rate "
         f"[{space.learning_rate_min:g}, {space.learning_rate_max:g}] (log"
         + (f", x{space.learning_rate_step:.3g} steps" if space.learning_rate_step else "")
-        + f"); budget {space.tuning_epochs} x {budget:,} examples per trial, ranked by "
+        + f"); budget {budget.epochs} x {budget.examples_per_epoch:,} examples per trial, "
+        "ranked by "
         f"{hypermodel.objective} on {validation_examples(data):,} examples held out of the "
         "training split" + (f"; {workers} trials at a time" if workers > 1 else "")
     )
+    if line := budget.describe_cap():
+        console.say(line)
     tuner = make_tuner(
         space,
         hypermodel,

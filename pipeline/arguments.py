@@ -50,6 +50,15 @@ def model_settings_from_args(
         raise InputError(str(error)) from None
 
 
+def _trial_examples(args: argparse.Namespace) -> int | None:
+    """The cap on a trial's examples: none for 0, or for --tuning-epochs given alone."""
+    if getattr(args, "tuning_epochs_given", False) and not getattr(
+        args, "trial_examples_given", False
+    ):
+        return None
+    return args.trial_examples or None
+
+
 def search_space_from_args(args: argparse.Namespace) -> SearchSpace:
     try:
         return SearchSpace(
@@ -62,6 +71,7 @@ def search_space_from_args(args: argparse.Namespace) -> SearchSpace:
             algorithm=args.algorithm,
             max_trials=args.max_trials,
             tuning_epochs=args.tuning_epochs,
+            max_trial_examples=_trial_examples(args),
         )
     except ValueError as error:
         raise InputError(f"invalid search space: {error}") from None

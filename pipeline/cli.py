@@ -59,6 +59,15 @@ def _csv(values: Sequence[int]) -> str:
     return ",".join(str(v) for v in values)
 
 
+class _Given(argparse.Action):
+    """Stores the value and notes that it was given (``<dest>_given``): a budget given
+    outright replaces the default cap on a trial's examples."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, values)
+        setattr(namespace, f"{self.dest}_given", True)
+
+
 def _add_search_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("search space (Keras Tuner)")
     group.add_argument(
@@ -124,7 +133,18 @@ def _add_search_options(parser: argparse.ArgumentParser) -> None:
         "--tuning-epochs",
         type=int,
         default=SPACE.tuning_epochs,
-        help="epochs per trial; every trial sees the same number of examples (default %(default)s)",
+        action=_Given,
+        help="epochs per trial; every trial sees the same number of examples (default "
+        "%(default)s). Given, trials train whole epochs unless --trial-examples is given too",
+    )
+    group.add_argument(
+        "--trial-examples",
+        type=int,
+        default=SPACE.max_trial_examples,
+        action=_Given,
+        help="a trial's training examples in all epochs at most: on a large training split "
+        "every trial trains on the same seeded subsample, and the Trainer on as many "
+        "(default %(default)s; 0: whole epochs)",
     )
 
 

@@ -17,6 +17,8 @@ from tfx_accum.components.search_space import SearchSpace
         (dict(learning_rate_min=0.0), "learning_rate_min.*positive"),
         (dict(algorithm="grid"), "algorithm.*bayesian"),
         (dict(max_trials=0), "max_trials"),
+        (dict(max_trial_examples=0), "max_trial_examples"),
+        (dict(distinct_trials="yes"), "distinct_trials.*true or false"),
         (
             dict(max_effective_batch=4, accumulation_steps_choices=(2,), micro_batch_choices=(8,)),
             "No combination fits",
@@ -52,3 +54,34 @@ def test_nearest_fitting_combination_keeps_the_micro_batch_and_learning_rate():
         "micro_batch_size": 16,
         "learning_rate": 0.01,
     }
+
+
+def test_a_trials_budget_is_capped_on_a_large_split_unless_given():
+    space = SearchSpace(tuning_epochs=4, max_trial_examples=200_000)
+    small = space.trial_budget(1_000)
+    assert (small.examples_per_epoch, small.epochs, small.uncapped) == (1_000, 4, None)
+    assert small.describe_cap() is None
+    large = space.trial_budget(2_000_000)
+    assert (large.examples_per_epoch, large.epochs, large.examples) == (50_000, 4, 200_000)
+    assert large.uncapped == 8_000_000 and "--trial-examples 0" in large.describe_cap()
+    whole = SearchSpace(tuning_epochs=4, max_trial_examples=None).trial_budget(2_000_000)
+    assert (whole.examples_per_epoch, whole.uncapped) == (2_000_000, None)
+    given = SearchSpace(examples_per_epoch=300_000).trial_budget(2_000_000)
+    assert (given.examples_per_epoch, given.uncapped) == (300_000, None)  # given: the budget
+
+
+@pytest.mark.parametrize(
+    "argv,cap,epochs",
+    [
+        ([], SearchSpace().max_trial_examples, SearchSpace().tuning_epochs),
+        (["--trial-examples", "0"], None, SearchSpace().tuning_epochs),
+        (["--tuning-epochs", "2"], None, 2),  # a budget given outright: whole epochs
+        (["--tuning-epochs", "2", "--trial-examples", "1000"], 1000, 2),
+    ],
+)
+def test_the_cli_caps_trials_unless_the_budget_is_given(argv, cap, epochs):
+    from tfx_accum.pipeline.arguments import search_space_from_args
+    from tfx_accum.pipeline.cli import build_parser
+
+    space = search_space_from_args(build_parser().parse_args(["run", *argv]))
+    assert (space.max_trial_examples, space.tuning_epochs) == (cap, epochs)
