@@ -1,7 +1,8 @@
 """The model architectures the Trainer and Tuner can build, all as GA models.
 
 Every model takes a dict of preprocessed features keyed by their input names
-(``components/features.py``: one ``(batch, 1)`` number per numeric column, one index per
+(``components/features.py``: the numeric columns as one ``(batch, n)`` vector, or for a
+model function one ``(batch, 1)`` number per numeric column; one index per
 string or categorical column, one ``(batch, height, width, channels)`` image per image
 feature), normalises numbers with statistics of the training split, and outputs what the
 task needs (``components/tasks.py``): class probabilities (``scores``), or one value
@@ -37,7 +38,14 @@ import numpy as np
 
 from tfx_accum.components.accumulation import GradientAccumulationModel
 from tfx_accum.components.custom_model import as_accumulation_model, call_model_function
-from tfx_accum.components.features import CATEGORICAL, IMAGE, NUMERIC, STRING, DataDescription
+from tfx_accum.components.features import (
+    CATEGORICAL,
+    IMAGE,
+    NUMERIC,
+    NUMERIC_VECTOR,
+    STRING,
+    DataDescription,
+)
 from tfx_accum.components.model_rules import check_model_suits
 from tfx_accum.components.settings import (
     DEFAULT_PRECISION,
@@ -53,11 +61,18 @@ ONE_HOT_LIMIT = 32  # string features with up to this many values are one-hot en
 
 
 def model_inputs(data: DataDescription) -> dict[str, keras.KerasTensor]:
-    """One ``keras.Input`` per feature, shaped as the preprocessor delivers it."""
-    return {
-        f.input_name: keras.Input(f.input_shape, name=f.input_name, dtype=f.input_dtype)
-        for f in data.features
-    }
+    """The inputs as the preprocessor delivers them: the numeric features as one
+    ``NUMERIC_VECTOR`` input where ``data.numeric_vector``, every other feature alone."""
+    numeric = data.kind(NUMERIC)
+    inputs = {}
+    if data.numeric_vector and numeric:
+        inputs[NUMERIC_VECTOR] = keras.Input((len(numeric),), name=NUMERIC_VECTOR)
+    for f in data.features:
+        if not (data.numeric_vector and f.kind == NUMERIC):
+            inputs[f.input_name] = keras.Input(
+                f.input_shape, name=f.input_name, dtype=f.input_dtype
+            )
+    return inputs
 
 
 def tabular_vector(data: DataDescription, inputs: dict) -> keras.KerasTensor | None:
@@ -68,8 +83,12 @@ def tabular_vector(data: DataDescription, inputs: dict) -> keras.KerasTensor | N
     if numeric:
         # float32 also under mixed precision, until normalised: raw values may exceed
         # float16's range (65,504), and so may their variance.
-        x = keras.layers.Concatenate(name="features", dtype="float32")(
-            [inputs[f.input_name] for f in numeric]
+        x = (
+            inputs[NUMERIC_VECTOR]
+            if data.numeric_vector
+            else keras.layers.Concatenate(name="features", dtype="float32")(
+                [inputs[f.input_name] for f in numeric]
+            )
         )
         parts.append(
             keras.layers.Normalization(

@@ -73,3 +73,47 @@ def test_the_default_model_follows_the_data_and_image_models_need_a_square_grid(
         model_for(args("cnn", "/my/csvs"), columns(63, text=1))
     with pytest.raises(InputError, match="'image' is an image. Use --model cnn"):
         model_for(args("mlp", None), images)
+
+
+def test_numeric_columns_as_one_vector_train_the_per_column_model():
+    """The built-in models take the numeric columns as one input (a 5,000-column table is
+    one tensor to slice and trace): same weights, same predictions and the same training
+    as one input per column, missing values filled with the training mean in both."""
+    import dataclasses
+
+    import tensorflow as tf
+
+    from tfx_accum.components.features import NUMERIC_VECTOR, Preprocessor
+
+    keys = [f"c{i}" for i in range(6)]
+    rng = np.random.default_rng(0)
+    mean, variance = rng.normal(size=6), rng.uniform(0.5, 2.0, size=6)
+    per_column = DataDescription.numeric(keys, 3, mean, variance)
+    vector = dataclasses.replace(per_column, numeric_vector=True)
+    raw_x = rng.normal(size=(32, 6)).astype("float32")
+    raw_x[3, 2] = raw_x[7, 0] = np.nan  # missing values
+    raw = {k: tf.constant(raw_x[:, i : i + 1]) for i, k in enumerate(keys)}
+    labels = rng.integers(0, 3, size=32)
+    inputs = {"per_column": Preprocessor(per_column)(raw), "vector": Preprocessor(vector)(raw)}
+    assert list(inputs["vector"]) == [NUMERIC_VECTOR]
+    assert inputs["vector"][NUMERIC_VECTOR].shape == (32, 6)
+
+    weights: dict[str, list] = {}
+    for name, data in (("per_column", per_column), ("vector", vector)):
+        model = build_model("mlp", data, 2, 1e-2)
+        assert len(model.inputs) == (6 if name == "per_column" else 1)
+        if name == "vector":
+            model.set_weights(weights["start"])
+        else:
+            weights["start"] = model.get_weights()
+        weights[name] = model.predict(inputs[name], verbose=0)
+        model.fit(inputs[name], labels, batch_size=8, epochs=2, shuffle=False, verbose=0)
+        weights[name + "_trained"] = model.get_weights()
+    np.testing.assert_allclose(weights["per_column"], weights["vector"], atol=1e-6)
+    for a, b in zip(weights["per_column_trained"], weights["vector_trained"]):
+        np.testing.assert_allclose(a, b, atol=1e-5)
+
+    wide = dataclasses.replace(
+        DataDescription.numeric([f"w{i}" for i in range(5000)], 2), numeric_vector=True
+    )
+    assert len(build_model("mlp", wide, 4, 1e-3).inputs) == 1
