@@ -108,6 +108,7 @@ class TrainerChoice:
 
     best: TrialRecord
     fastest: TrialRecord
+    best_split_speed: float | None = None  # the best trial's split's, where it was timed
 
     @property
     def resplit(self) -> bool:
@@ -115,7 +116,8 @@ class TrainerChoice:
 
     @property
     def speedup(self) -> float:
-        return (self.fastest.speed or 0.0) / max(self.best.speed or 0.0, 1e-9)
+        own = self.best_split_speed or self.best.speed or 0.0
+        return (self.fastest.speed or 0.0) / max(own, 1e-9)
 
     @property
     def values(self) -> dict[str, Any]:
@@ -153,7 +155,8 @@ def choose_trainer_split(
     key = duplicate_key(best.values)
     same = [r for r in scored if duplicate_key(r.values) == key]
     fastest = max(same, key=lambda r: (r.speed or 0.0, r is best))
-    return TrainerChoice(best, fastest)
+    own = max((r.speed or 0.0 for r in same if r.split == best.split), default=0.0)
+    return TrainerChoice(best, fastest, own or None)
 
 
 def exceeds_effective_batch_limit(k: int, m: int, limit: int | None) -> bool:

@@ -119,15 +119,25 @@ class AccumulationOracleMixin:
         again), and after ``_PROPOSALS`` repeats an untried configuration is drawn at
         random (``search_policy.untried_configuration``). None left: the search stops, so
         ``max_trials`` counts distinct models, never repeats.
+
+        Where the algorithm samples at random (random search; Bayesian optimization's
+        initial points), the draw is uniform over the untried *models* (effective batch,
+        learning rate), then over their splits: Keras Tuner's draw over ``k`` and ``m``
+        would favour effective batches with many splits (64 = 1 x 64 = 2 x 32 = 4 x 16 =
+        8 x 8, but 8 only as 1 x 8). Only the proposal's other values (a model
+        function's own) are kept then.
         """
         if not self._distinct():
             return self._within_limit(super().populate_space(trial_id))
         tried = [t.hyperparameters.values for t in self.trials.values()]
         taken = {duplicate_key(values) for values in tried}
+        at_random = self._samples_at_random()
         result = None
-        for _ in range(_PROPOSALS):
+        for _ in range(1 if at_random else _PROPOSALS):
             result = self._within_limit(super().populate_space(trial_id))
-            if result.get("status") != "RUNNING" or duplicate_key(result["values"]) not in taken:
+            if result.get("status") != "RUNNING":
+                return result
+            if not at_random and duplicate_key(result["values"]) not in taken:
                 return result
         # The learning rates Keras Tuner's own Float proposes (its grid with a step).
         (learning_rate,) = (hp for hp in self.hyperparameters.space if hp.name == HP_LEARNING_RATE)
@@ -147,6 +157,16 @@ class AccumulationOracleMixin:
             )
             return {"status": "STOPPED", "values": None}
         return {"status": "RUNNING", "values": values}
+
+    def _samples_at_random(self) -> bool:
+        """Whether the algorithm's next proposal is a random draw (Keras Tuner's rule)."""
+        if self.space.algorithm == "random":
+            return True
+        completed = sum(t.status == "COMPLETED" for t in self.trials.values())
+        initial = getattr(self, "num_initial_points", None) or max(
+            3 * len(self.hyperparameters.space), 3
+        )
+        return completed < initial
 
     def _distinct(self) -> bool:
         # Hyperband runs a configuration again on purpose (more epochs, from its weights).
@@ -290,11 +310,14 @@ class AccumulationTunerMixin:
             return []
         best, space = choice.best, self.hypermodel.space
         key = duplicate_key(best.values)
-        timed = [r.split for r in records if r.scored and duplicate_key(r.values) == key]
-        timings = []
-        for k, m in other_splits(
+        timed = [r.split for r in records if r.speed and duplicate_key(r.values) == key]
+        splits = other_splits(
             *best.split, space.accumulation_steps_choices, space.micro_batch_choices, timed
-        ):
+        )
+        if not best.speed:  # a trial of one update per epoch has no steady speed of its own
+            splits.insert(0, best.split)
+        timings = []
+        for k, m in splits:
             hp = self.oracle.trials[best.trial_id].hyperparameters.copy()
             hp.values.update({HP_ACCUMULATION_STEPS: k, HP_MICRO_BATCH_SIZE: m})
             try:
@@ -312,12 +335,16 @@ class AccumulationTunerMixin:
             )
         if timings:
             console.say(
-                f"[tuner] timed the best trial's effective batch at {len(timings)} other "
+                f"[tuner] timed the best trial's effective batch at {len(timings)} "
                 "split(s): "
                 + ", ".join(
                     f"{r.split[0]} x {r.split[1]} {r.speed or 0:,.0f} examples/s" for r in timings
                 )
-                + f" (trial {best.trial_id}'s own: {best.speed or 0:,.0f} examples/s)"
+                + (
+                    f" (trial {best.trial_id}'s own: {best.speed:,.0f} examples/s)"
+                    if best.speed
+                    else ""
+                )
             )
         return timings
 

@@ -91,6 +91,17 @@ def test_the_trainer_gets_the_fastest_split_of_the_best_trials_model():
     assert not alone.resplit and alone.values == _values(4, 8)
 
 
+def test_a_best_trial_without_a_speed_of_its_own_is_compared_at_its_timed_split():
+    """A trial of one update per epoch has no steady speed: its split timed after the
+    search stands in for it, so the speedup is of two measurements, never of nothing."""
+    best = _record("00", 2, 64, speed=None)
+    own = _record("00", 2, 64, speed=100.0, reused_from="00")
+    other = _record("00", 8, 16, speed=150.0, reused_from="00")
+    choice = choose_trainer_split([best, own, other])
+    assert choice.best is best and choice.fastest is other
+    assert choice.speedup == pytest.approx(1.5)
+
+
 def test_the_decision_round_trips_through_best_hyperparameters():
     choice = choose_trainer_split(
         [_record("00", 4, 8, speed=100.0), _record("01", 2, 16, speed=250.0)]
@@ -117,6 +128,22 @@ def test_an_untried_configuration_is_another_model_until_none_is_left():
     assert len(tried) == 3 * 2  # every model once, then None
     limited = untried_configuration(_values(1, 8), [], (1, 2), (8, 16), (1e-3,), 16, rng)
     assert limited["accumulation_steps"] * limited["micro_batch_size"] <= 16
+
+
+def test_an_untried_configuration_is_drawn_uniformly_over_models_not_splits():
+    """Effective batch 64 has four splits in the default space, 8 has one: each is drawn
+    as often (a draw over k and m would favour 64 four to one)."""
+    import collections
+    import random
+
+    choices = ((1, 2, 4, 8), (8, 16, 32, 64), (1e-3,), None)
+    counts = collections.Counter(
+        values["accumulation_steps"] * values["micro_batch_size"]
+        for seed in range(700)
+        if (values := untried_configuration(_values(1, 8), [], *choices, random.Random(seed)))
+    )
+    assert sorted(counts) == [8, 16, 32, 64, 128, 256, 512]
+    assert all(60 <= count <= 140 for count in counts.values()), counts
 
 
 def test_the_other_splits_of_an_effective_batch_are_the_untimed_ones():
