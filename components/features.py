@@ -25,8 +25,9 @@ Inside the model every input is named by a valid Keras name (components/columns.
 raw ``tf.Example`` keys stay the data's own. For the built-in models (``numeric_vector``,
 set by :func:`describe`) the numeric columns enter as one ``(batch, n)`` input,
 ``NUMERIC_VECTOR``, in the description's order: a table of 5,000 columns is one tensor to
-slice into micro-batches and trace, not 5,000 (the first epoch on 1,000 rows x 5,000
-columns took 445 s with one input per column). A model function keeps one input per
+slice into micro-batches and trace, not 5,000 (measured once on 1,000 rows x 5,000 columns,
+2 busy cores: the first epoch took 445 s with one input per column, 11 s as one vector).
+A model function keeps one input per
 feature (components/custom_model.py: its documented contract).
 
 :class:`Preprocessor` (Keras layers) maps raw features to the model's inputs: it runs in
