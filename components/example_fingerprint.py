@@ -10,7 +10,9 @@ the files), and :func:`check` compares them again: the local runner calls it bef
 
 The components are TFX's ``CsvExampleGen`` and ``ImportExampleGen`` with an executor that
 runs TFX's and then writes the fingerprint (TFX's public way to extend a component, as in
-``components/pusher.py``); their ids stay ``CsvExampleGen`` and ``ImportExampleGen``.
+``components/pusher.py``); their ids stay ``CsvExampleGen`` and ``ImportExampleGen``. The
+CSV one converts in bounded memory (``components/csv_examples.py``, #31), writing what
+TFX's executor writes.
 
 **Their input, by content.** TFX's driver fingerprints the input files by count, size and
 modification time to the second (``tfx.utils.io_utils.generate_fingerprint``): a file
@@ -38,7 +40,6 @@ import tensorflow as tf
 from tfx.components.example_gen import driver as example_gen_driver
 from tfx.components.example_gen import input_processor
 from tfx.components.example_gen.csv_example_gen import component as csv_component
-from tfx.components.example_gen.csv_example_gen import executor as csv_executor
 from tfx.components.example_gen.import_example_gen import component as import_component
 from tfx.components.example_gen.import_example_gen import executor as import_executor
 from tfx.components.schema_gen.import_schema_gen import component as import_schema_component
@@ -46,6 +47,7 @@ from tfx.dsl.components.base import base_component, executor_spec
 from tfx.types import channel, standard_artifacts, standard_component_specs
 from tfx.types.component_spec import ExecutionParameter
 
+from tfx_accum.components import csv_examples
 from tfx_accum.components.atomic_files import gfile_digest, gfile_write_atomic
 
 FINGERPRINT_FILE = "tfx_accum_fingerprint.json"
@@ -116,8 +118,8 @@ class _Fingerprinting:
             write_fingerprint(artifact.uri)
 
 
-class CsvExecutor(_Fingerprinting, csv_executor.Executor):
-    """TFX's CsvExampleGen executor, then the fingerprint of what it wrote."""
+class CsvExecutor(_Fingerprinting, csv_examples.Executor):
+    """TFX's CsvExampleGen executor, streaming (``csv_examples``), then the fingerprint."""
 
 
 class ImportExecutor(_Fingerprinting, import_executor.Executor):
