@@ -167,15 +167,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", type=Path, default=ROOT / "bench" / "results")
     args = parser.parse_args(argv)
     results = []
+    args.output.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         for rows, columns in args.shapes:
             results.append(run_shape(rows, columns, Path(tmp)))
-            print(markdown(results), flush=True)  # each shape as it ends
-    args.output.mkdir(parents=True, exist_ok=True)
-    (args.output / "scale.json").write_text(json.dumps(results, indent=2) + "\n")
-    text = markdown(results)
-    (args.output / "scale.md").write_text(text)
-    print(text)
+            # Written as each shape ends: a long run stopped later keeps what it measured.
+            (args.output / "scale.json").write_text(json.dumps(results, indent=2) + "\n")
+            (args.output / "scale.md").write_text(markdown(results))
+            print(markdown(results), flush=True)
     return 0
 
 
