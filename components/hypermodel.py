@@ -151,13 +151,17 @@ class AccumulationHyperModel(keras_tuner.HyperModel):
                 f"effective batch {k} x {m} = {k * m} exceeds "
                 f"max_effective_batch={self.space.max_effective_batch}"
             )
-        examples = self.space.trial_budget(self.splits.train_size).examples_per_epoch
+        budget = self.space.trial_budget(self.splits.train_size, self.splits.validation_size)
+        examples = budget.examples_per_epoch
         epochs = kwargs.pop("epochs", self.space.tuning_epochs)
         kwargs.pop("x", None)
         kwargs.pop("validation_data", None)
         steps = steps_per_epoch(examples, plan.global_batch)
         train = batched(self.splits.train, plan.global_batch, shuffle_seed=self.space.seed)
-        validation = self.splits.validation.batch(EVAL_BATCH)
+        validation = self.splits.validation
+        if budget.ranking_examples is not None:  # the same first held-out examples
+            validation = validation.take(budget.ranking_examples)
+        validation = validation.batch(EVAL_BATCH)
         timing = EpochTimes(plan.global_batch)
         lr = hp.get(HP_LEARNING_RATE)
         trial = f"the trial with accumulation_steps={k} micro_batch={m} lr={lr:.3g}"

@@ -111,7 +111,7 @@ def tuner_fn(fn_args):
         if gpu_present():
             say_dropped(hypermodel.probe_micro_batches())
             space = hypermodel.space
-    budget = space.trial_budget(training_examples(data))
+    budget = space.trial_budget(training_examples(data), validation_examples(data))
     if line := describe_precision(settings.precision, "tuner"):
         console.say(line)
     console.say(
@@ -122,7 +122,8 @@ def tuner_fn(fn_args):
         + (f", x{space.learning_rate_step:.3g} steps" if space.learning_rate_step else "")
         + f"); budget {budget.epochs} x {budget.examples_per_epoch:,} examples per trial, "
         "ranked by "
-        f"{hypermodel.objective} on {validation_examples(data):,} examples held out of the "
+        f"{hypermodel.objective} on "
+        f"{budget.ranking_examples or validation_examples(data):,} examples held out of the "
         "training split" + (f"; {workers} trials at a time" if workers > 1 else "")
     )
     if line := budget.describe_cap():

@@ -68,6 +68,11 @@ def test_a_trials_budget_is_capped_on_a_large_split_unless_given():
     assert (whole.examples_per_epoch, whole.uncapped) == (2_000_000, None)
     given = SearchSpace(examples_per_epoch=300_000).trial_budget(2_000_000)
     assert (given.examples_per_epoch, given.uncapped) == (300_000, None)  # given: the budget
+    # Scored on at most a quarter of the cap's examples held out, unless uncapped.
+    assert space.trial_budget(2_000_000, 500_000).ranking_examples == 50_000
+    assert space.trial_budget(1_000, 250).ranking_examples is None
+    uncapped = SearchSpace(max_trial_examples=None).trial_budget(2_000_000, 500_000)
+    assert uncapped.ranking_examples is None and uncapped.describe_cap() is None
 
 
 @pytest.mark.parametrize(

@@ -270,3 +270,27 @@ def test_capped_trials_train_the_same_subsample_and_the_search_ranks_on_it(tmp_p
         batch = values["accumulation_steps"] * values["micro_batch_size"]
         steps = -(-50 // batch)
         assert trial.metrics.get_last_value("examples") == 2 * steps * batch < 2 * 96
+
+
+def test_capped_trials_are_scored_on_the_same_first_held_out_examples():
+    """With the cap on, a trial is scored on at most a quarter of max_trial_examples
+    held-out examples: here 25 of the 96."""
+    import dataclasses
+
+    space = SearchSpace(tuning_epochs=1, max_trial_examples=100)
+    splits = dataclasses.replace(tiny_splits(), validation_size=96)
+    hypermodel = AccumulationHyperModel(space, splits, "mlp")
+    hp = keras_tuner.HyperParameters()
+    hp.values = {"accumulation_steps": 1, "micro_batch_size": 8, "learning_rate": 0.01}
+    model = hypermodel.build(hp)
+    seen = []
+
+    def recording_fit(*args, validation_data=None, **kwargs):
+        seen.append(sum(int(x[next(iter(x))].shape[0]) for x, _ in validation_data))
+        raise keras_tuner.errors.FailedTrialError("recorded")
+
+    model.fit = recording_fit
+    with pytest.raises(keras_tuner.errors.FailedTrialError, match="recorded"):
+        hypermodel.fit(hp, model)
+    del model.fit
+    assert seen == [25]
