@@ -25,27 +25,13 @@ import threading
 import time
 from pathlib import Path
 
-import numpy as np
+from bench.csv_tables import write_csv
 
 ROOT = Path(__file__).resolve().parents[1]
 EXECUTORS = {
     "stock": "tfx.components.example_gen.csv_example_gen.executor.Executor",
     "streaming": "tfx_accum.components.csv_examples.Executor",
 }
-
-
-def write_csv(path: Path, rows: int, features: int, seed: int = 0) -> None:
-    """``rows`` x ``features`` in [-1, 1] (4 decimals) and a 10-class label, in chunks."""
-    rng = np.random.default_rng(seed)
-    weights = rng.normal(size=(features, 10))
-    header = ",".join([f"f{i:02d}" for i in range(features)] + ["label"])
-    with open(path, "w") as handle:
-        handle.write(header + "\n")
-        for start in range(0, rows, 100_000):
-            x = rng.uniform(-1, 1, size=(min(100_000, rows - start), features)).round(4)
-            labels = (x @ weights).argmax(axis=1)
-            block = np.concatenate([x, labels[:, None]], axis=1)
-            np.savetxt(handle, block, fmt=["%.4f"] * features + ["%d"], delimiter=",")
 
 
 def work(executor: str, data: str, out: str, beam_args: list[str]) -> dict:

@@ -28,8 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
-
+from bench.csv_tables import write_csv
 from bench.pipeline import COMPONENT
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -44,21 +43,6 @@ _MEASURE = (
     "json.dump({'code': code, 'cpu_s': u.ru_utime + u.ru_stime, 'max_rss_kib': u.ru_maxrss},"
     " open(sys.argv[1], 'w'))\n"
 )
-
-
-def write_csv(path: Path, rows: int, columns: int, seed: int = 0) -> None:
-    """``rows`` x ``columns`` features in [-1, 1] (4 decimals) and a 10-class label."""
-    rng = np.random.default_rng(seed)
-    weights = rng.normal(size=(columns, 10))
-    header = ",".join([f"f{i:04d}" for i in range(columns)] + ["label"])
-    chunk = max(1, 4_000_000 // columns)
-    with open(path, "w") as handle:
-        handle.write(header + "\n")
-        for start in range(0, rows, chunk):
-            x = rng.uniform(-1, 1, size=(min(chunk, rows - start), columns)).round(4)
-            labels = (x @ weights).argmax(axis=1)
-            block = np.concatenate([x, labels[:, None]], axis=1)
-            np.savetxt(handle, block, fmt=["%.4f"] * columns + ["%d"], delimiter=",")
 
 
 def measured(command: list[str], work: Path, name: str) -> dict:

@@ -26,8 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
-
+from bench.csv_tables import write_csv
 from bench.pipeline import COMPONENT
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -40,20 +39,6 @@ SEARCH = [
 
 
 RERUN = ["--lr-min", "1.5e-3"]  # a new search: Tuner and Trainer run again, data cached
-
-
-def write_csv(path: Path, rows: int, seed: int = 0) -> None:
-    """``rows`` x 64 features in [-1, 1] (4 decimals) and a 10-class label, in chunks."""
-    rng = np.random.default_rng(seed)
-    weights = rng.normal(size=(FEATURES, 10))
-    header = ",".join([f"f{i:02d}" for i in range(FEATURES)] + ["label"])
-    with open(path, "w") as handle:
-        handle.write(header + "\n")
-        for start in range(0, rows, 100_000):
-            x = rng.uniform(-1, 1, size=(min(100_000, rows - start), FEATURES)).round(4)
-            labels = (x @ weights).argmax(axis=1)
-            block = np.concatenate([x, labels[:, None]], axis=1)
-            np.savetxt(handle, block, fmt=["%.4f"] * FEATURES + ["%d"], delimiter=",")
 
 
 def _run_cli(rows: int, work: Path, data: Path, extra: list[str]) -> tuple[dict, float]:
@@ -80,7 +65,7 @@ def _run_cli(rows: int, work: Path, data: Path, extra: list[str]) -> tuple[dict,
 def run(rows: int, work: Path) -> dict:
     data = work / f"data-{rows}"
     data.mkdir()
-    write_csv(data / "rows.csv", rows)
+    write_csv(data / "rows.csv", rows, FEATURES)
     components, wall = _run_cli(rows, work, data, [])
     fresh, _ = _run_cli(rows, work, data, RERUN)
     for name in ("Tuner", "Trainer"):
