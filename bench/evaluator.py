@@ -111,8 +111,8 @@ def run_evaluator(examples: Path, model: Path, work: Path, beam_mode: str) -> di
     from tfx.dsl.components.base.base_beam_executor import BaseBeamExecutor
     from tfx.types import standard_artifacts
 
-    from tfx_accum.pipeline.beam import without_tfx_sdist
     from tfx_accum.pipeline.evaluation import eval_config, read_evaluation
+    from tfx_accum.pipeline.local.beam import without_tfx_sdist
     from tfx_accum.pipeline.run_parameters import EvaluatorExecutor
 
     artifact = standard_artifacts.Examples()

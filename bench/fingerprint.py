@@ -1,6 +1,6 @@
 """The cost of fingerprinting ExampleGen's input by content (#32), against reading it.
 
-Each run hashes the files ExampleGen will read (``components/example_fingerprint.py``:
+Each run hashes the files ExampleGen will read (``components/data/example_fingerprint.py``:
 SHA-256, streamed once) so that data rewritten at the same size and time is never served
 from the cache. This measures that digest on a generated CSV of ``--mb`` megabytes against
 TFX's own fingerprint (sizes and times only) and against what any plain process doing the
@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> dict:
     import pandas as pd
     from tfx.utils import io_utils
 
-    from tfx_accum.components.example_fingerprint import content_digest
+    from tfx_accum.components.data.example_fingerprint import content_digest
 
     with tempfile.TemporaryDirectory(prefix="bench-fingerprint-") as directory:
         path = Path(directory) / "data.csv"

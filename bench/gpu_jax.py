@@ -21,7 +21,8 @@ For a transformer block and a conv net, at several effective batches, it measure
 
 Each measurement runs in a fresh process (a JAX start and a compile each: about 10-20 s
 on a GPU, so a few minutes in all, not measured yet). ``--smoke`` runs tiny shapes on any
-device (tested on the CPU: ``tests/test_jax_backend.py``), so the script is known to work
+device (tested on the CPU: ``tests/accumulation/test_jax_backend.py``), so the script is
+known to work
 before a GPU is lent. Writes ``gpu_jax.json`` and ``gpu_jax.md``.
 """
 

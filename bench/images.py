@@ -46,10 +46,10 @@ def one(k: int, micro: int) -> dict:
     import tensorflow as tf
     from tensorflow_metadata.proto.v0 import schema_pb2
 
-    from tfx_accum.components.data import preprocess_records
-    from tfx_accum.components.features import Preprocessor, describe_data
-    from tfx_accum.components.models import build_model
-    from tfx_accum.pipeline.data import digit_image_examples
+    from tfx_accum.components.data.datasets import preprocess_records
+    from tfx_accum.components.data.features import Preprocessor, describe_data
+    from tfx_accum.components.training.models import build_model
+    from tfx_accum.pipeline.checks.data import digit_image_examples
 
     records = tf.data.Dataset.from_tensor_slices(digit_image_examples())
     schema = schema_pb2.Schema()

@@ -144,7 +144,7 @@ def describe(table: Table):
     """The project's description of the table: numeric columns with the training split's
     mean and variance (the models standardise with them), variance floored as the
     pipeline floors it."""
-    from tfx_accum.components.features import DataDescription
+    from tfx_accum.components.data.features import DataDescription
 
     mean, variance = table.train_x.mean(0), table.train_x.var(0)
     # The pipeline's floor (features._floored_variance): a (nearly) constant column, such
@@ -155,7 +155,7 @@ def describe(table: Table):
 
 
 def project_space(seed: int, trials: int, epochs: int):
-    from tfx_accum.components.search_space import SearchSpace
+    from tfx_accum.components.search.search_space import SearchSpace
 
     return SearchSpace(seed=seed, tuning_epochs=epochs, max_trials=trials)
 
@@ -180,10 +180,10 @@ def run_project(table: Table, seed: int, trials: int, epochs: int, directory: st
     """The project's search (default space): its trials in order."""
     import tensorflow as tf
 
-    from tfx_accum.components.data import Splits
-    from tfx_accum.components.features import Preprocessor
-    from tfx_accum.components.hypermodel import AccumulationHyperModel
-    from tfx_accum.components.search_tuners import make_tuner
+    from tfx_accum.components.data.datasets import Splits
+    from tfx_accum.components.data.features import Preprocessor
+    from tfx_accum.components.search.hypermodel import AccumulationHyperModel
+    from tfx_accum.components.search.search_tuners import make_tuner
     from tfx_accum.components.settings import (
         HP_ACCUMULATION_STEPS,
         HP_LEARNING_RATE,
@@ -223,9 +223,9 @@ def plain_model(data, learning_rate: float):
     as the project compiles it."""
     import keras
 
-    from tfx_accum.components.models import model_inputs, tabular_vector
-    from tfx_accum.components.task_compile import compile_arguments
-    from tfx_accum.components.tasks import PREDICTION_KEYS
+    from tfx_accum.components.data.tasks import PREDICTION_KEYS
+    from tfx_accum.components.training.models import model_inputs, tabular_vector
+    from tfx_accum.components.training.task_compile import compile_arguments
 
     inputs = model_inputs(data)
     x = tabular_vector(data, inputs)
@@ -247,8 +247,8 @@ def run_plain(
     import keras
     import keras_tuner
 
+    from tfx_accum.components.data.tasks import OBJECTIVES
     from tfx_accum.components.settings import HP_LEARNING_RATE
-    from tfx_accum.components.tasks import OBJECTIVES
 
     data = describe(table)
     space = project_space(seed, trials, epochs)
@@ -366,7 +366,7 @@ def run_search(method: str, table: Table, seed: int, trials: int, epochs: int) -
 
 
 def run(datasets: tuple[str, ...], seeds: tuple[int, ...], trials: int, epochs: int) -> dict:
-    from tfx_accum.components.tasks import OBJECTIVES
+    from tfx_accum.components.data.tasks import OBJECTIVES
 
     start = time.monotonic()
     space = project_space(seeds[0], trials, epochs)

@@ -2,7 +2,7 @@
 
 The command line, the pipeline's ``custom_config``, the Tuner and Trainer modules and the
 model read their defaults and checks from here (the search space's own defaults are the
-fields of :class:`~tfx_accum.components.search_space.SearchSpace`). Words mean one thing:
+fields of :class:`~tfx_accum.components.search.search_space.SearchSpace`). Words mean one thing:
 ``accumulation_steps`` is ``k``, the micro-batches per optimizer update; ``train_steps`` is
 the number of optimizer updates the Trainer makes.
 
@@ -25,7 +25,7 @@ import math
 import re
 from typing import Any
 
-from tfx_accum.components import tasks
+from tfx_accum.components.data import tasks
 
 __all__ = [
     "BLESS_METRICS",
@@ -52,13 +52,13 @@ HP_MICRO_BATCH_SIZE = "micro_batch_size"
 HP_LEARNING_RATE = "learning_rate"
 
 MODEL_NAMES = ("cnn", "mlp", "densenet121")
-# Or your own model: "package.module:function" (see components/custom_model.py).
+# Or your own model: "package.module:function" (see components/training/custom_model.py).
 MODEL_FUNCTION = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*$")
 IMAGE_MODELS = ("cnn", "densenet121")  # read the features as a square pixel grid
 DEFAULT_MODEL = "mlp"  # tabular; the embedded digits (an 8x8 image) get "cnn"
 LABEL_KEY = "label"
 # Keras mixed-precision policies the Tuner's and Trainer's models can compute in
-# (``--precision``; components/models.py applies them). float16 wants a GPU (Keras wraps
+# (``--precision``; components/training/models.py applies them). float16 wants a GPU (Keras wraps
 # the optimizer for loss scaling), bfloat16 a TPU or a recent GPU; the variables and the
 # output layer stay float32 either way.
 PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
@@ -112,12 +112,12 @@ TRIAL_SPEED = "examples_per_second"  # steady training throughput (tuner.EpochTi
 TRIAL_PEAK_MEMORY = "peak_memory_mb"  # GPU allocator peak, or the process's peak RSS on CPU
 TRIAL_REUSED_FROM = "reused_from"  # the trial whose score an exact duplicate reuses
 # Added to the best hyperparameters when the Tuner picks a faster split of the best
-# trial's effective batch (components/search_policy.py: choose_trainer_split).
+# trial's effective batch (components/search/search_policy.py: choose_trainer_split).
 RESPLIT_FROM_TRIAL = "resplit_from_trial"
 RESPLIT_FROM_SPLIT = "resplit_from_split"
 RESPLIT_SPEEDUP = "resplit_speedup"
 # Values a trial or the Tuner's decision records beside the hyperparameters: never part of
-# what decides the trained model (components/search_policy.py: duplicate_key).
+# what decides the trained model (components/search/search_policy.py: duplicate_key).
 TRIAL_RECORDED = (
     TRIAL_EXAMPLES,
     TRIAL_SPEED,
@@ -231,14 +231,14 @@ class ModelSettings:
 
     ``task``: ``classification``, ``regression`` (``--task``), or what the command line's
     data check decided (``multiclass``, ``binary``, ``regression``); None: inferred from the
-    statistics (components/tasks.py). ``features``/``exclude_features``: the columns the
-    model gets (components/columns.py); ``categorical_features``: integer columns that are
+    statistics (components/data/tasks.py). ``features``/``exclude_features``: the columns the
+    model gets (components/data/columns.py); ``categorical_features``: integer columns that are
     categories, not quantities. ``precision``: the Keras dtype policy the model is built
     under (:data:`PRECISIONS`).
     """
 
     model: str = DEFAULT_MODEL
-    num_classes: int | None = None  # None: inferred from the labels (components/tasks.py)
+    num_classes: int | None = None  # None: inferred from the labels (components/data/tasks.py)
     label_key: str = LABEL_KEY
     task: str | None = None
     features: tuple[str, ...] | None = None
@@ -247,7 +247,7 @@ class ModelSettings:
     precision: str = DEFAULT_PRECISION
 
     def __post_init__(self) -> None:
-        from tfx_accum.components.tasks import TASK_CHOICES, TASKS
+        from tfx_accum.components.data.tasks import TASK_CHOICES, TASKS
 
         if self.model not in MODEL_NAMES and not is_model_function(self.model):
             raise ValueError(
@@ -298,7 +298,7 @@ class TunerDecision:
 
     The Tuner writes it as Keras Tuner's ``best_hyperparameters`` config (TFX's
     ``best_hyperparameters.txt``): the best trial's values, with the fastest exact split of
-    its effective batch (components/search_policy.py) and where that split came from.
+    its effective batch (components/search/search_policy.py) and where that split came from.
     The Trainer and the run summary both read it through :meth:`from_config`.
     """
 

@@ -2,7 +2,7 @@
 
 import sys
 
-from tfx_accum.pipeline.cli import entry
+from tfx_accum.pipeline.cli.parser import entry
 
 if __name__ == "__main__":
     entry(["run", *sys.argv[1:]])

@@ -1,19 +1,19 @@
 """The Evaluator: its configuration per task, and what its output says about the model.
 
-:func:`eval_config` gives TFMA's ``EvalConfig`` for a task (components/tasks.py):
+:func:`eval_config` gives TFMA's ``EvalConfig`` for a task (components/data/tasks.py):
 
 - multiclass: accuracy (``SparseCategoricalAccuracy``, computed as Keras does but without
-  TensorFlow: components/baseline_metrics.py), ``ExampleCount``, and the
+  TensorFlow: components/training/baseline_metrics.py), ``ExampleCount``, and the
   majority-class baseline with the model's lift over it
-  (:class:`~tfx_accum.components.baseline_metrics.MajorityClassLift`);
+  (:class:`~tfx_accum.components.training.baseline_metrics.MajorityClassLift`);
 - binary: the same, and AUC, precision and recall of class 1 (TFMA's own metrics,
   binarized on class 1's column of ``scores``);
 - regression: ``MeanSquaredError``, ``MeanAbsoluteError``, ``ExampleCount``, and the mean
   predictor's MSE with the model's R^2 against it
-  (:class:`~tfx_accum.components.baseline_metrics.MeanPredictorLift`).
+  (:class:`~tfx_accum.components.training.baseline_metrics.MeanPredictorLift`).
 
 A model is blessed only if it beats the trivial baseline on the eval split (a lift above
-:data:`~tfx_accum.components.baseline_metrics.MIN_LIFT`), and, with ``bless_threshold``,
+:data:`~tfx_accum.components.training.baseline_metrics.MIN_LIFT`), and, with ``bless_threshold``,
 also reaches that threshold on ``bless_metric`` (:class:`~tfx_accum.components.settings.Blessing`
 says which metrics fit which task). There is no Resolver node (self-hosted Kubeflow
 Pipelines cannot run one): the gates are absolute, measured on this run's eval split.
@@ -30,9 +30,10 @@ import math
 
 import tensorflow_model_analysis as tfma
 
-from tfx_accum.components import baseline_metrics, tasks
-from tfx_accum.components.export import LABELS_SIGNATURE, SERVING_SIGNATURE
+from tfx_accum.components.data import tasks
 from tfx_accum.components.settings import BLESS_METRICS, Blessing, check_threshold_range
+from tfx_accum.components.training import baseline_metrics
+from tfx_accum.components.training.export import LABELS_SIGNATURE, SERVING_SIGNATURE
 
 POSITIVE_CLASS = 1  # binary: class 1 is the positive class (scores[:, 1])
 CHANCE_AUC = 0.5
@@ -83,7 +84,7 @@ def eval_config(
         signature_name=SERVING_SIGNATURE,
         prediction_key=tasks.PREDICTION_KEYS[task],
         # The label as the model sees it: a class index from the model's own label
-        # vocabulary or range check, or the regression target (components/export.py).
+        # vocabulary or range check, or the regression target (components/training/export.py).
         preprocessing_function_names=[LABELS_SIGNATURE],
     )
     return tfma.EvalConfig(

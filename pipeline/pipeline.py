@@ -26,14 +26,13 @@ from tfx.orchestration import metadata
 from tfx.orchestration.pipeline import Pipeline
 from tfx.proto import example_gen_pb2, pusher_pb2, trainer_pb2
 
-from tfx_accum.components import tasks
-from tfx_accum.components.example_fingerprint import (
+from tfx_accum.components.data import tasks
+from tfx_accum.components.data.example_fingerprint import (
     CsvExampleGen,
     ImportExampleGen,
     ImportSchemaGen,
 )
-from tfx_accum.components.pusher import Pusher
-from tfx_accum.components.search_space import SearchSpace
+from tfx_accum.components.search.search_space import SearchSpace
 from tfx_accum.components.settings import (
     BEST_TRIAL_BUDGET,
     TRAIN_STEPS,
@@ -41,14 +40,15 @@ from tfx_accum.components.settings import (
     Hyperparameters,
     ModelSettings,
 )
-from tfx_accum.components.tfx_components import Trainer, Tuner
+from tfx_accum.components.training.pusher import Pusher
+from tfx_accum.components.training.tfx_components import Trainer, Tuner
 from tfx_accum.pipeline import run_parameters as params
-from tfx_accum.pipeline.beam import pod_beam_args, without_tfx_sdist
-from tfx_accum.pipeline.data_files import PATTERNS  # ExampleGen's, read by the input checks
+from tfx_accum.pipeline.checks.data_files import PATTERNS  # ExampleGen's, read by the input checks
 from tfx_accum.pipeline.evaluation import eval_config
+from tfx_accum.pipeline.local.beam import pod_beam_args, without_tfx_sdist
 
-TUNER_FN = "tfx_accum.components.tuner.tuner_fn"
-RUN_FN = "tfx_accum.components.trainer.run_fn"
+TUNER_FN = "tfx_accum.components.search.tuner.tuner_fn"
+RUN_FN = "tfx_accum.components.training.trainer.run_fn"
 
 
 def example_gen_component(data_root: str, data_format: str):
@@ -97,9 +97,9 @@ def create_pipeline(
     best configuration for the best trial's budget, and so ends with its model; otherwise
     ``train_steps`` updates with early stopping.
     ``beam_pipeline_args``: default, Beam's DirectRunner in-process with one worker (the
-    runners size it: :mod:`tfx_accum.pipeline.beam`).
+    runners size it: :mod:`tfx_accum.pipeline.local.beam`).
     ``parallel_trials``: Keras Tuner trials run side by side in worker processes of the
-    Tuner (:mod:`tfx_accum.components.parallel_search`); 1 runs them one after another.
+    Tuner (:mod:`tfx_accum.components.search.parallel_search`); 1 runs them one after another.
     ``data_format``: ``csv`` or ``tfrecord`` (``tf.Example`` records).
     ``schema_file``: the user's schema (a ``schema.pbtxt``), imported by ImportSchemaGen
     instead of SchemaGen's inferred one: it also guides StatisticsGen (categorical
@@ -107,13 +107,13 @@ def create_pipeline(
     ``bless_metric``, ``bless_threshold``: what the Evaluator blesses on, for the task of
     ``model_settings`` (:func:`~tfx_accum.pipeline.evaluation.eval_config`).
     ``fail_on_anomalies``: the Tuner and Trainer take ExampleValidator's anomalies as an
-    input and do not start when it found any (components/anomalies.py).
+    input and do not start when it found any (components/data/anomalies.py).
     ``runtime_parameters``: the data root, ``max_trials``, ``tuning_epochs``,
     ``train_steps`` and ``bless_threshold`` become ``RuntimeParameter`` s with these
     values as defaults (for a Kubeflow compile).
 
     The Tuner and Trainer are TFX's, with StatisticsGen's statistics as an input
-    (components/tfx_components.py): the data description is made from them.
+    (components/training/tfx_components.py): the data description is made from them.
     """
     search_space = search_space or SearchSpace()
     model_settings = model_settings or ModelSettings()
@@ -211,7 +211,7 @@ def create_pipeline(
             blessing.task, label_key, model_settings.num_classes, blessing.metric, bless_threshold
         ),
     )
-    pusher = Pusher(  # TFX's, publishing the model atomically (components/pusher.py)
+    pusher = Pusher(  # TFX's, publishing the model atomically (components/training/pusher.py)
         model=trainer.outputs["model"],
         model_blessing=evaluator.outputs["blessing"],
         push_destination=pusher_pb2.PushDestination(

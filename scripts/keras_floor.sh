@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs the exactness tests on the oldest Keras that pyproject.toml admits (its `keras>=`
 # bound), installed beside the pinned one in .venv/keras-floor: the accumulation relies on
-# Keras internals (components/keras_adapter.py), so the floor is proved, not assumed.
+# Keras internals (components/accumulation/keras_adapter.py), so the floor is proved, not assumed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 floor=$(sed -n 's/^ *"keras>=\([0-9.]*\),.*/\1/p' pyproject.toml)
@@ -25,6 +25,6 @@ echo "[keras-floor] exactness tests on keras $floor"
 workers=$(nproc 2>/dev/null || echo 1)
 [ "$workers" -le 4 ] || workers=4
 PYTHONPATH="$target" .venv/bin/python -m pytest -q -p no:cacheprovider -n "$workers" --dist load \
-  tests/test_accumulation.py tests/test_exactness_matrix.py tests/test_micro_batches.py \
-  tests/test_keras_surprises.py \
+  tests/accumulation/test_accumulation.py tests/accumulation/test_exactness_matrix.py tests/accumulation/test_micro_batches.py \
+  tests/accumulation/test_keras_surprises.py \
   -k "not mirrored and not peak_memory and (not xla or uneven_batches_sample_weights or lstm-xla)"

@@ -53,15 +53,19 @@ workers=$(nproc 2>/dev/null || echo 1)
 cd "$WHEELS"
 TFX_ACCUM_TESTS_INSTALLED=1 "$ROOT/$ENV/bin/python" -m pytest -q -p no:cacheprovider \
   -n "$workers" --dist load --rootdir "$ROOT" -c "$ROOT/pyproject.toml" \
-  "$ROOT/tests/test_core_install.py" "$ROOT/tests/test_keras_surprises.py" \
-  "$ROOT/tests/test_accumulation.py" \
-  "$ROOT/tests/test_exactness_matrix.py" "$ROOT/tests/test_micro_batches.py" \
+  "$ROOT/tests/accumulation/test_core_install.py" \
+  "$ROOT/tests/accumulation/test_keras_surprises.py" \
+  "$ROOT/tests/accumulation/test_accumulation.py" \
+  "$ROOT/tests/accumulation/test_exactness_matrix.py" \
+  "$ROOT/tests/accumulation/test_micro_batches.py" \
   -k "not peak_memory and (not xla or uneven_batches_sample_weights or lstm-xla)"
 echo "[newest-stack] the same exactness tests on the JAX backend"
 # On JAX, jit_compile=False runs the step op by op (slow, and the same step): the compiled
 # variants only ("xla"), and the tf.distribute and SavedModel tests skip themselves.
 KERAS_BACKEND=jax TFX_ACCUM_TESTS_INSTALLED=1 "$ROOT/$ENV/bin/python" -m pytest -q \
   -p no:cacheprovider -n "$workers" --dist load --rootdir "$ROOT" -c "$ROOT/pyproject.toml" \
-  "$ROOT/tests/test_jax_backend.py" "$ROOT/tests/test_core_install.py" \
-  "$ROOT/tests/test_keras_surprises.py" "$ROOT/tests/test_accumulation.py" \
-  "$ROOT/tests/test_exactness_matrix.py" -k "not peak_memory and not graph"
+  "$ROOT/tests/accumulation/test_jax_backend.py" \
+  "$ROOT/tests/accumulation/test_core_install.py" \
+  "$ROOT/tests/accumulation/test_keras_surprises.py" \
+  "$ROOT/tests/accumulation/test_accumulation.py" \
+  "$ROOT/tests/accumulation/test_exactness_matrix.py" -k "not peak_memory and not graph"

@@ -12,6 +12,12 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 TESTS = Path(__file__).resolve().parent
 if str(TESTS) not in sys.path:
     sys.path.insert(0, str(TESTS))
+# Tests mirror the package layout (tests/accumulation/, ...); a few test modules share their
+# cases across folders (test_exactness_matrix's models, test_kubeflow's compile arguments), so
+# every folder is importable whichever test runs first or alone.
+for _folder in sorted(p for p in TESTS.iterdir() if p.is_dir() and p.name[0] not in "._"):
+    if str(_folder) not in sys.path:
+        sys.path.append(str(_folder))
 # The benchmarks' helpers (bench.tuner_component) are shared with the tests. Not when the
 # tests run against an installed wheel (scripts/newest_stack.sh): the checkout's own
 # tfx_accum/ directory would shadow it.
@@ -65,18 +71,61 @@ def image(tmp_path_factory):
 # run pipelines come first, so that the light ones fill the end of the run.
 SHARED_SESSION_FIXTURES = {
     "first_run": (
-        "tests/test_faults.py",
-        "tests/test_multi_worker_trainer.py",
-        "tests/test_parallel_search.py",
-        "tests/test_pipeline_e2e.py",
-        "tests/test_search_at_scale.py",
+        "tests/pipeline/test_faults.py",
+        "tests/training/test_multi_worker_trainer.py",
+        "tests/search/test_parallel_search.py",
+        "tests/pipeline/test_pipeline_e2e.py",
+        "tests/search/test_search_at_scale.py",
     ),
-    "image": ("tests/test_image.py", "tests/test_kubeflow_local.py", "tests/test_wheel.py"),
+    "image": (
+        "tests/kubeflow/test_image.py",
+        "tests/kubeflow/test_kubeflow_local.py",
+        "tests/kubeflow/test_wheel.py",
+    ),
 }
 UNIT = {module: name for name, modules in SHARED_SESSION_FIXTURES.items() for module in modules}
 # The longest units, longest first (sequential minutes on 2 cores: about 17, 8 and 5); the
 # other modules that run pipelines follow, then the rest.
-LONGEST_UNITS = ("first_run", "tests/test_reliability.py", "image")
+LONGEST_UNITS = ("first_run", "tests/pipeline/test_reliability.py", "image")
+
+
+# The exhaustive XLA sweeps, in the slow tier (#33): each is one more XLA-compiled case of a
+# test whose graph cases and at least one XLA case stay in the fast tier (`-m "not e2e"`).
+# XLA's compile dominates them (5-40 s each on 2 cores); CI runs them all. tests/test_layout.py
+# checks that every id names a collected test.
+XLA_SWEEP = (
+    "tests/accumulation/test_micro_batches.py::test_xla_loops_as_on_a_gpu[masked-two-outputs]",
+    "tests/accumulation/test_micro_batches.py::test_masking_lstm_two_outputs_uneven_batch[xla]",
+    "tests/accumulation/test_micro_batches.py::test_layers_with_loops_and_uneven_batches[gru-xla]",
+    "tests/accumulation/test_micro_batches.py::test_layers_with_loops_and_uneven_batches[lstm-xla]",
+    "tests/accumulation/test_accumulation.py::"
+    "test_uneven_batches_sample_weights_and_regularizer[xla-momentum]",
+    "tests/accumulation/test_accumulation.py::"
+    "test_uneven_batches_sample_weights_and_regularizer[xla-sgd]",
+    "tests/accumulation/test_accumulation.py::"
+    "test_uneven_batches_sample_weights_and_regularizer[xla-sgd_small]",
+    "tests/accumulation/test_accumulation.py::"
+    "test_masked_sequence_loss_uses_whole_batch_valid_count[xla-adam]",
+    "tests/accumulation/test_accumulation.py::test_dict_inputs_and_multiple_outputs[xla-momentum]",
+    "tests/accumulation/test_exactness_matrix.py::"
+    "test_masked_and_plain_outputs_each_with_their_own_denominator[adam-xla]",
+    "tests/accumulation/test_exactness_matrix.py::"
+    "test_every_loss_reduction_with_sample_weights[adam-mean_with_sample_weight-xla]",
+    "tests/accumulation/test_exactness_matrix.py::"
+    "test_every_loss_reduction_with_sample_weights[adam-sum-xla]",
+    "tests/accumulation/test_exactness_matrix.py::"
+    "test_every_loss_reduction_with_sample_weights[adam-sum_over_batch_size-xla]",
+    "tests/accumulation/test_exactness_matrix.py::test_embedding_sparse_gradients[adam-even-xla]",
+    "tests/accumulation/test_exactness_matrix.py::test_embedding_sparse_gradients[adam-uneven-xla]",
+    "tests/accumulation/test_exactness_matrix.py::test_embedding_sparse_gradients[sgd-even-xla]",
+    "tests/accumulation/test_exactness_matrix.py::"
+    "test_add_loss_with_declared_reduction[batch-independent-xla]",
+)
+
+
+def pytest_itemcollected(item):  # at collection: before `-m` deselects by marker
+    if item.nodeid in XLA_SWEEP:
+        item.add_marker(pytest.mark.e2e)
 
 
 def pytest_xdist_make_scheduler(config, log):

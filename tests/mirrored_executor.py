@@ -6,7 +6,7 @@ process; ``python mirrored_executor.py N tuner RUN_DIR WORK_DIR`` runs the Tuner
 on a finished run's artifacts (``bench.tuner_component``) and prints its trials as JSON.
 
 N logical CPU devices stand in for N GPUs where the Trainer and the Tuner learn them
-(``components.strategy.local_gpus``), so that their own strategy choice picks
+(``components.accumulation.strategy.local_gpus``), so that their own strategy choice picks
 ``MirroredStrategy`` over them: nothing of tfx-accum has run in the process before.
 """
 
@@ -26,7 +26,7 @@ tf.config.set_logical_device_configuration(
     cpu, [tf.config.LogicalDeviceConfiguration() for _ in range(REPLICAS)]
 )
 
-from tfx_accum.components import strategy  # noqa: E402
+from tfx_accum.components.accumulation import strategy  # noqa: E402
 
 strategy.local_gpus = lambda: [f"/cpu:{i}" for i in range(REPLICAS)]
 # The strategies chosen, for the tuner's report (patched before the Tuner module imports it).
@@ -48,7 +48,7 @@ if ROLE == "trainer":
 elif ROLE == "tuner":
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from bench.tuner_component import run_tuner_component
-    from tfx_accum.components.search_space import SearchSpace
+    from tfx_accum.components.search.search_space import SearchSpace
 
     space = SearchSpace(
         accumulation_steps_choices=(2, 4),

@@ -11,6 +11,8 @@ import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+# the shared cases of tests/accumulation/test_exactness_matrix.py and test_accumulation.py
+sys.path.insert(1, os.path.join(os.path.dirname(os.path.abspath(__file__)), "accumulation"))
 
 import tensorflow as tf  # noqa: E402
 

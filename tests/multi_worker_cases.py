@@ -1,4 +1,5 @@
-"""The models and data that tests/test_multi_worker.py trains on two workers and on one device.
+"""The models and data that tests/accumulation/test_multi_worker.py trains on two workers and
+on one device.
 
 Each case: a model builder, its data (a ``tf.data`` pipeline batched at the *global*
 batch, no shuffling), and its ``compile`` arguments. The worker processes
@@ -15,7 +16,7 @@ import tensorflow as tf
 from equivalence import classification_data, dense_classifier
 from test_exactness_matrix import masked_and_plain_outputs, sequence_data
 
-from tfx_accum.components.data import batched
+from tfx_accum.components.data.datasets import batched
 
 GLOBAL_BATCH = 32
 ACCUMULATION_STEPS = 4  # k over all replicas: ceil(4 / 2) = 2 micro-batches per replica

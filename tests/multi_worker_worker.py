@@ -1,4 +1,5 @@
-"""One worker of a two-worker cluster on the loopback address (tests/test_multi_worker.py).
+"""One worker of a two-worker cluster on the loopback address
+(tests/accumulation/test_multi_worker.py).
 
 ``TF_CONFIG`` (set by the test) names the cluster and this task. The strategy comes from
 the Trainer's own choice (``choose_strategy``); each case of tests/multi_worker_cases.py
@@ -18,13 +19,15 @@ from pathlib import Path
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ["CUDA_VISIBLE_DEVICES"] = ""  # CPU workers, one replica each
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+# the shared cases of tests/accumulation/test_exactness_matrix.py and test_accumulation.py
+sys.path.insert(1, os.path.join(os.path.dirname(os.path.abspath(__file__)), "accumulation"))
 
 import tensorflow as tf  # noqa: E402
 
-from tfx_accum.components import keras_adapter  # noqa: E402
-from tfx_accum.components.distributed_input import shard_like_one_device  # noqa: E402
-from tfx_accum.components.multi_worker import Cluster  # noqa: E402
-from tfx_accum.components.strategy import choose_strategy, replica_plan  # noqa: E402
+from tfx_accum.components.accumulation import keras_adapter  # noqa: E402
+from tfx_accum.components.accumulation.distributed_input import shard_like_one_device  # noqa: E402
+from tfx_accum.components.accumulation.multi_worker import Cluster  # noqa: E402
+from tfx_accum.components.accumulation.strategy import choose_strategy, replica_plan  # noqa: E402
 
 # The strategy first: collective operations must be configured before TensorFlow runs any.
 STRATEGY = choose_strategy()

@@ -1,6 +1,6 @@
 """TFX's penguin example (``tfx/examples/penguin/penguin_pipeline_local.py``) with tfx-accum's
 ``tuner_fn`` and ``run_fn`` in TFX's *stock* components: what README's "Use it in your own TFX
-pipeline" shows, run by tests/test_tfx_pipelines.py (#29).
+pipeline" shows, run by tests/training/test_tfx_pipelines.py (#29).
 
 The data is TFX's own penguin data as its wheel ships it (``tfx/components/testdata/penguin``:
 the example's ``penguins_processed.csv``, split in ExampleGen's form), written back to CSV
@@ -96,7 +96,7 @@ def create_pipeline(
         extra = {"transform_graph": transform_component.outputs["transform_graph"]}
     config = {"label_key": label, "model": "mlp"}
     tuner = tfx.components.Tuner(
-        tuner_fn="tfx_accum.components.tuner.tuner_fn",
+        tuner_fn="tfx_accum.components.search.tuner.tuner_fn",
         examples=examples,
         schema=schema_gen.outputs["schema"],
         train_args=tfx.proto.TrainArgs(num_steps=100),
@@ -105,7 +105,7 @@ def create_pipeline(
         **extra,
     )
     trainer = tfx.components.Trainer(
-        run_fn="tfx_accum.components.trainer.run_fn",
+        run_fn="tfx_accum.components.training.trainer.run_fn",
         examples=examples,
         schema=schema_gen.outputs["schema"],
         hyperparameters=tuner.outputs["best_hyperparameters"],

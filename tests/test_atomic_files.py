@@ -13,7 +13,7 @@ import stat
 import pytest
 from reliability_runs import fill, tmpfs
 
-from tfx_accum.pipeline.report import write_trials
+from tfx_accum.pipeline.cli.report import write_trials
 
 TRIALS = [
     {

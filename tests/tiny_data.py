@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from tfx_accum.components.data import Splits
-from tfx_accum.components.features import DataDescription, Preprocessor
+from tfx_accum.components.data.datasets import Splits
+from tfx_accum.components.data.features import DataDescription, Preprocessor
 
 
 def tiny_splits() -> Splits:

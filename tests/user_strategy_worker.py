@@ -3,7 +3,7 @@
 Builds a GradientAccumulationModel inside ``tf.distribute.MultiWorkerMirroredStrategy()``,
 as a user following TensorFlow's guide would, and prints what happened as JSON: Keras 3's
 fit would crash there with "Attempt to convert a value (PerReplica...)"; the model says so
-in one line, naming the public strategy that works (tests/test_keras_surprises.py).
+in one line, naming the public strategy that works (tests/accumulation/test_keras_surprises.py).
 """
 
 import json
@@ -15,7 +15,7 @@ import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import tfx_accum  # noqa: E402
-from tfx_accum.components import keras_adapter  # noqa: E402
+from tfx_accum.components.accumulation import keras_adapter  # noqa: E402
 
 strategy = tf.distribute.MultiWorkerMirroredStrategy()
 try:

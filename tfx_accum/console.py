@@ -99,7 +99,7 @@ def _create_log(path: Path) -> tuple[Path, int]:
     """
     if str(path) == os.devnull:
         return path, os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
-    from tfx_accum.components.atomic_files import file_mode
+    from tfx_accum.atomic_files import file_mode
 
     path.parent.mkdir(parents=True, exist_ok=True)
     directory = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)

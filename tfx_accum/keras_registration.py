@@ -31,7 +31,7 @@ def register() -> None:
 
     if keras.backend.backend() not in ("tensorflow", "jax"):
         return
-    import tfx_accum.components.accumulation  # noqa: F401 - registers on import
+    import tfx_accum.components.accumulation.model  # noqa: F401 - registers on import
 
 
 def _register_quietly() -> None:
@@ -40,7 +40,7 @@ def _register_quietly() -> None:
     except Exception as error:  # noqa: BLE001 - never break the user's `import keras`
         warnings.warn(
             f"tfx-accum: GradientAccumulationModel was not registered with Keras "
-            f"({type(error).__name__}: {error}); import tfx_accum.components.accumulation "
+            f"({type(error).__name__}: {error}); import tfx_accum.components.accumulation.model "
             "before keras.saving.load_model.",
             stacklevel=2,
         )

@@ -1,0 +1,651 @@
+"""Every use of Keras internals by tfx-accum, in one place.
+
+:class:`~components.accumulation.model.GradientAccumulationModel` must compute the loss of a
+micro-batch *in parts* (numerator and denominator of each output's loss) to weight the
+micro-batches exactly, which public Keras API does not expose. What it needs from inside
+Keras is here, each with a comment saying why:
+
+- ``keras.src.losses.loss``: the helpers ``Loss.__call__`` reduces with (mask merging,
+  rank alignment of sample weights), so that a loss is split exactly as Keras computes it.
+- ``Trainer._compile_loss`` (the ``CompileLoss`` built by ``compile``) and its
+  ``_flat_losses``: which loss, loss weight and ``y_true``/``y_pred``/``sample_weight``
+  belong to each output. Its structure matching (dicts, lists, partial losses) is reused
+  by calling it with recording stand-ins for the loss functions.
+- ``Trainer._loss_tracker``, ``Trainer._compute_loss``, ``Layer._call_has_training_arg``:
+  the loss metric, the ``compute_loss`` dispatch that copes with overrides without a
+  ``training`` argument, and whether ``call`` takes ``training``.
+- ``keras.src.models.functional.Functional`` and ``functional_init_arguments``: to build
+  functional instances of GradientAccumulationModel without letting Keras rewrite the
+  class's bases (see ``functional_variant``).
+- ``keras.src.models.cloning._clone_functional_model``'s frame: the model that
+  ``clone_model`` copies, whose accumulation settings the clone must keep
+  (``model_being_cloned``).
+- How Keras 3's TensorFlow trainer calls ``Strategy.reduce`` (``_maybe_symbolic_build``,
+  ``reduce_per_replica``), which fails across several workers:
+  ``MultiWorkerMirroredStrategy`` answers those two calls as they are meant (see
+  ``MultiWorkerMirroredStrategy`` below; keras-team/keras#20585).
+
+Tested on the versions named in ``pyproject.toml`` (``keras`` lower bound) and the pinned
+one in ``constraints.txt``: ``tests/accumulation/test_accumulation.py`` fails if any of this
+changes.
+Keras >= 3.8 aggregates per-replica gradients by sum with each replica's loss divided by
+the replica count (keras-team/keras#20609); the accumulation uses global denominators and
+relies only on that sum.
+
+Size (over 500 lines): the brief keeps every use of Keras's private internals in one small,
+commented adapter, so that one file lists what a Keras upgrade can break.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from keras import ops, tree
+from keras.src import backend as _backend
+from keras.src.losses import loss as _loss_lib
+from keras.src.models import functional as _functional
+from keras.src.models import model as _model
+
+# TensorFlow's strategy classes are needed on its backend only; on JAX the model runs
+# without TensorFlow installed (#35).
+if _backend.backend() == "tensorflow":
+    import tensorflow as tf
+else:
+    tf = None
+
+__all__ = [
+    "LossTerm",
+    "MultiWorkerMirroredStrategy",
+    "added_losses",
+    "recording_activity_losses",
+    "call_has_training_arg",
+    "compile_loss_terms",
+    "compute_loss",
+    "functional_variant",
+    "is_functional_call",
+    "keras_mask",
+    "loss_tracker",
+    "model_being_cloned",
+    "per_output_loss_metrics",
+    "has_compiled_metrics",
+    "self_check",
+    "set_keras_mask",
+    "split_loss",
+]
+
+
+def keras_mask(tensor: Any) -> Any:
+    """The Keras mask a layer attached to ``tensor`` (``None`` if it has none)."""
+    return _backend.get_keras_mask(tensor)
+
+
+def set_keras_mask(tensor: Any, mask: Any) -> None:
+    """Attaches a Keras mask to ``tensor`` (as layers do), for metrics that read it."""
+    _backend.set_keras_mask(tensor, mask)
+
+
+def has_compiled_metrics(model: Any) -> bool:
+    """Whether ``compile(metrics=..., weighted_metrics=...)`` gave the model metrics."""
+    return model._compile_metrics is not None
+
+
+def call_has_training_arg(model: Any) -> bool:
+    return model._call_has_training_arg
+
+
+def loss_tracker(model: Any) -> Any:
+    """The ``Mean`` metric that ``fit`` logs as ``loss``."""
+    return model._loss_tracker
+
+
+def compute_loss(model: Any, x: Any, y: Any, y_pred: Any, sample_weight: Any) -> Any:
+    """``model.compute_loss`` as Keras's own train step calls it (user overrides included)."""
+    return model._compute_loss(x=x, y=y, y_pred=y_pred, sample_weight=sample_weight, training=True)
+
+
+def per_output_loss_metrics(model: Any) -> list[Any]:
+    """The ``<output>_loss`` metrics Keras logs when there are several losses (else [])."""
+    compile_loss = model._compile_loss
+    return list(compile_loss.metrics) if compile_loss is not None else []
+
+
+def added_losses(model: Any) -> list[Any]:
+    """Values added with ``add_loss`` in ``call()`` (own and sublayers'), in call order.
+
+    ``Layer.losses`` lists them first and then one loss per regularized trainable weight;
+    the accumulation adds weight regularizers once per step itself.
+    """
+    losses = model.losses
+    regularized = sum(
+        1 for v in model.trainable_weights if getattr(v, "regularizer", None) is not None
+    )
+    return losses[: len(losses) - regularized] if regularized else losses
+
+
+@contextlib.contextmanager
+def recording_activity_losses(model: Any) -> Iterator[dict[int, str]]:
+    """Yields ``{id(loss): SUM or MEAN}`` for the losses activity regularizers add in the block.
+
+    ``Layer.__call__`` passes each output to ``layer.activity_regularizer`` and adds the
+    result with ``add_loss``: the regularizer's value, a sum over the batch (Keras 3.8 to
+    3.12), or that value divided by the batch size, a mean (newer Keras: 3.15 does). A
+    recording stand-in for the regularizer and for the layer's ``add_loss`` tells those
+    values apart from other ``add_loss`` values, and which of the two each is. The values
+    are kept alive for the block so that their ids stay unique.
+    """
+    kinds: dict[int, str] = {}
+    kept: list[Any] = []
+    replaced = []
+    for layer in model._flatten_layers(include_self=True, recursive=True):
+        regularizer = getattr(layer, "activity_regularizer", None)
+        if regularizer is None:
+            continue
+        pending: list[Any] = []
+
+        def record(output, _regularizer=regularizer, _pending=pending):
+            value = _regularizer(output)
+            _pending.append(value)
+            return value
+
+        def add_loss(loss, _add_loss=layer.add_loss, _pending=pending):
+            if _pending:  # the call that follows the regularizer's, in Layer.__call__
+                value = _pending.pop()
+                kept.extend((value, loss))
+                kinds[id(loss)] = SUM if loss is value else MEAN
+            return _add_loss(loss)
+
+        replaced.append((layer, regularizer))
+        # object.__setattr__: a plain swap, without Keras's attribute tracking.
+        object.__setattr__(layer, "activity_regularizer", record)
+        object.__setattr__(layer, "add_loss", add_loss)
+    try:
+        yield kinds
+    finally:
+        for layer, regularizer in replaced:
+            object.__setattr__(layer, "activity_regularizer", regularizer)
+            del layer.__dict__["add_loss"]
+
+
+# --------------------------------------------------------------- loss in parts
+
+# How a micro-batch's share of a loss is weighted; see ``split_loss``.
+SUM = "sum"  # additive over micro-batches: weight 1
+COUNT = "count"  # numerator / (global samples x elements per sample)
+MASKED = "masked"  # numerator / (global valid mask count + epsilon), as Keras divides
+WEIGHTS = "weights"  # numerator / global sum of sample weights ("mean_with_sample_weight")
+MEAN = "mean"  # the loss returned a scalar: a mean over the micro-batch's samples
+NONE = "none"  # reduction None: unreduced values; the gradient is of their sum
+
+
+@dataclasses.dataclass
+class LossTerm:
+    """One output's loss on a micro-batch, split as Keras would reduce it.
+
+    The whole batch's value of a ``COUNT``, ``MASKED`` or ``WEIGHTS`` term is
+    ``sum(numerator) / sum(denominator)`` over micro-batches (and replicas); of a ``SUM``
+    or ``NONE`` term, ``sum(numerator)``. ``per_sample`` is the number of loss elements
+    per sample (``COUNT`` only), ``loss_weight`` the output's ``loss_weights`` entry.
+    """
+
+    kind: str
+    numerator: Any
+    denominator: Any = None
+    per_sample: Any = None
+    loss_weight: float | None = None
+    # The compiled loss and the output's (symbolic) targets and predictions, for the probe
+    # of losses that couple a batch's samples (components/accumulation/inexact_cases.py).
+    loss: Any = None
+    y_true: Any = None
+    y_pred: Any = None
+
+
+def split_loss(loss: Any, y_true: Any, y_pred: Any, sample_weight: Any = None) -> LossTerm:
+    """Splits ``loss(y_true, y_pred, sample_weight)`` into numerator and denominator.
+
+    Mirrors ``keras.losses.Loss.__call__`` and ``reduce_weighted_values``: the same masks
+    (the prediction's and the per-element loss's), the same mask/sample-weight merge and
+    the same denominator per reduction (elements, valid elements + epsilon, or the sum of
+    sample weights), so that the sum over micro-batches divided by the summed denominator
+    is the whole batch's loss.
+    """
+    in_mask = keras_mask(y_pred)
+    with _backend.name_scope(loss.name):
+        y_pred = tree.map_structure(lambda v: ops.convert_to_tensor(v, dtype=loss.dtype), y_pred)
+        y_true = tree.map_structure(lambda v: ops.convert_to_tensor(v, dtype=loss.dtype), y_true)
+        values = loss.call(y_true, y_pred)
+        out_mask = keras_mask(values)
+        if in_mask is not None and out_mask is not None:
+            mask = in_mask & out_mask
+        else:
+            mask = in_mask if in_mask is not None else out_mask
+        reduction = _loss_lib.standardize_reduction(loss.reduction)
+        values = ops.convert_to_tensor(values, dtype=loss.dtype)
+        if tuple(values.shape) == () and reduction not in (None, "none"):
+            # reduce_values leaves a scalar as it is: the loss's own mean over its batch.
+            return LossTerm(MEAN, values)
+        if sample_weight is not None:
+            sample_weight = ops.convert_to_tensor(sample_weight, dtype=loss.dtype)
+        if mask is not None:
+            mask = ops.cast(ops.convert_to_tensor(mask), values.dtype)
+        # The merge Keras does, without the total/valid rescaling of the masked mean
+        # (the denominator below takes that role; reduction=None does not rescale).
+        weights = _loss_lib.apply_mask(sample_weight, mask, dtype=values.dtype, reduction="sum")
+        if weights is not None:
+            weights = ops.cast(weights, values.dtype)
+            values, weights = _loss_lib.squeeze_or_expand_to_same_rank(values, weights)
+            values = values * weights
+        numerator = ops.sum(values)
+        if reduction in (None, "none"):
+            # Unreduced (weighted) values: the gradient is of their sum; ``per_sample``
+            # turns the sum into the mean that Keras's loss tracker logs.
+            return LossTerm(NONE, numerator, per_sample=_elements_per_sample(values))
+        if reduction == "sum":
+            return LossTerm(SUM, numerator)
+        if reduction == "mean_with_sample_weight" and weights is not None:
+            return LossTerm(WEIGHTS, numerator, ops.sum(weights))
+        if mask is not None:
+            return LossTerm(MASKED, numerator, ops.sum(mask))
+        return LossTerm(COUNT, numerator, per_sample=_elements_per_sample(values))
+
+
+def _elements_per_sample(values: Any) -> Any:
+    shape = ops.shape(values)
+    per_sample = 1
+    for size in shape[1:]:
+        per_sample = per_sample * size
+    return per_sample
+
+
+def compile_loss_terms(model: Any, y: Any, y_pred: Any, sample_weight: Any) -> list[LossTerm]:
+    """The compiled loss of ``model`` on one micro-batch, one ``LossTerm`` per output.
+
+    ``CompileLoss`` matches ``y``, ``y_pred``, ``sample_weight`` and ``loss_weights`` to
+    outputs (dicts, lists, partial losses); it is called here with a recording stand-in
+    for each output's loss function and with its per-output metrics hidden, so that it
+    does the matching and nothing else.
+    """
+    compile_loss = model._compile_loss
+    if compile_loss is None:
+        return []
+    terms: list[LossTerm] = []
+
+    def recorder(entry: Any) -> Callable[..., Any]:
+        def record(y_true, y_pred_output, output_weight=None):
+            term = split_loss(entry.loss, y_true, y_pred_output, output_weight)
+            term.loss_weight = entry.loss_weights
+            term.loss, term.y_true, term.y_pred = entry.loss, y_true, y_pred_output
+            terms.append(term)
+            return ops.zeros(())
+
+        return record
+
+    if not compile_loss.built:
+        with _hidden_metrics(compile_loss, 1):
+            compile_loss(y, y_pred, sample_weight)  # builds _flat_losses; value unused
+    flat = getattr(compile_loss, "_flat_losses", None)
+    if flat is None or not hasattr(compile_loss, "_metrics"):
+        raise _unsupported("has no CompileLoss._flat_losses/_metrics")
+    with _hidden_metrics(compile_loss, len(flat)):
+        compile_loss._flat_losses = [e._replace(loss=recorder(e)) for e in flat]
+        try:
+            compile_loss(y, y_pred, sample_weight)
+        finally:
+            compile_loss._flat_losses = flat
+    if len(terms) != len(flat):
+        raise _unsupported(
+            f"called {len(terms)} of the {len(flat)} compiled losses (CompileLoss changed)"
+        )
+    return terms
+
+
+@contextlib.contextmanager
+def _hidden_metrics(compile_loss: Any, count: int) -> Iterator[None]:
+    # CompileLoss.call zips its losses with its per-output Mean metrics (updating each
+    # one that is not None); a list of Nones keeps every loss and updates no metric (the
+    # accumulation updates them once per step with the whole batch's values).
+    metrics = compile_loss._metrics
+    compile_loss._metrics = [None] * count
+    try:
+        yield
+    finally:
+        compile_loss._metrics = metrics
+
+
+# ------------------------------------------------------- several workers
+
+
+if tf is not None:
+
+    class MultiWorkerMirroredStrategy(tf.distribute.MultiWorkerMirroredStrategy):
+        """``tf.distribute.MultiWorkerMirroredStrategy`` that Keras 3's ``fit`` can train with.
+
+        With two or more workers, plain Keras 3 ``fit`` under TensorFlow's strategy fails before
+        its first step (keras-team/keras#20585, tensorflow/tensorflow#72388; Keras 3.8 to 3.12
+        at least, and Keras master as of 2026-12). Keras's TensorFlow trainer
+        (``keras/src/backend/tensorflow/trainer.py``) makes two calls of ``Strategy.reduce``
+        that TensorFlow answers on one worker and rejects on several:
+
+        1. ``TensorFlowTrainer._maybe_symbolic_build`` takes the first distributed batch (a
+           nest of ``PerReplica`` values) and calls ``reduce("MEAN", batch, axis=None)`` to
+           get a batch to build the model's state from (by its shapes). ``MirroredStrategy``
+           reduces a nest leaf by leaf (``MirroredExtended._reduce_to`` maps over it);
+           ``MultiWorkerMirroredStrategy`` across workers tries to convert the whole nest to
+           one tensor (``ValueError: Attempt to convert a value (PerReplica:{...}) with an
+           unsupported type``). Here a nest is reduced leaf by leaf, as ``MirroredStrategy``
+           does.
+        2. ``reduce_per_replica`` (the logs of every train and test step) calls
+           ``reduce("MEAN", value, axis=0)`` under a multi-worker strategy, where with one
+           worker it takes the mean over the replicas of each value; the logs are scalars, so
+           ``axis=0`` is out of range (``ValueError: Invalid reduction dimension 0 for input
+           with 0 dimensions``). Here a scalar is reduced with ``axis=None``: the mean over
+           all replicas of all workers, Keras's meaning, in one all-reduce.
+
+        Every other call is TensorFlow's own, and both cases above are calls that TensorFlow
+        rejects, so no valid use changes meaning. Gradients are not touched: Keras's optimizer
+        sums them with one ``all_reduce`` per update (``_all_reduce_sum_gradients``).
+        Tested with two worker processes (``tests/accumulation/test_multi_worker.py``).
+        """
+
+        def reduce(self, reduce_op, value, axis):
+            mean = str(getattr(reduce_op, "value", reduce_op)).upper() == "MEAN"
+            if isinstance(value, (list, tuple, dict)):  # case 1: leaf by leaf
+                return tree.map_structure(lambda leaf: self.reduce(reduce_op, leaf, axis), value)
+            if mean and axis is not None and _rank(value) == 0:
+                axis = None  # case 2: a scalar log, averaged over the replicas
+            return super().reduce(reduce_op, value, axis)
+
+else:
+
+    class MultiWorkerMirroredStrategy:  # type: ignore[no-redef]
+        """TensorFlow's strategy across workers: only on the TensorFlow backend."""
+
+        def __init__(self, *args: Any, **kwargs: Any):
+            raise RuntimeError(
+                "tfx_accum.MultiWorkerMirroredStrategy is a tf.distribute strategy and needs "
+                f"KERAS_BACKEND=tensorflow (the Keras backend is {_backend.backend()!r})."
+            )
+
+
+def refuse_tensorflows_multi_worker_strategy(strategy: Any) -> None:
+    """One line instead of Keras's cryptic crash: TensorFlow's own strategy across workers.
+
+    Under ``tf.distribute.MultiWorkerMirroredStrategy`` with two or more workers, Keras 3's
+    ``fit`` fails before its first step with "Attempt to convert a value (PerReplica...)"
+    (the two ``reduce`` calls above), in Keras's trainer, before the model's train step can
+    do anything. :class:`MultiWorkerMirroredStrategy` here, created with the same arguments,
+    answers both; one worker needs nothing.
+    """
+    if tf is None:
+        return  # a tf.distribute strategy needs the TensorFlow backend
+    if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy) or isinstance(
+        strategy, MultiWorkerMirroredStrategy
+    ):
+        return
+    resolver = getattr(strategy, "cluster_resolver", None)
+    try:
+        spec = resolver.cluster_spec() if resolver is not None else None
+        workers = sum(spec.num_tasks(job) for job in spec.jobs) if spec else 1
+    except (AttributeError, ValueError):
+        workers = 1
+    if workers > 1:
+        raise ValueError(
+            f"GradientAccumulationModel: tf.distribute.MultiWorkerMirroredStrategy across "
+            f"{workers} workers fails in Keras 3's fit before its first step "
+            "(keras-team/keras#20585); create it as tfx_accum.MultiWorkerMirroredStrategy(...) "
+            "(the same arguments), under which the model trains exactly as on one device."
+        )
+
+
+def _rank(value: Any) -> int | None:
+    """The rank of a tensor, or of each replica's part of a distributed value."""
+    if isinstance(value, tf.distribute.DistributedValues):
+        value = value.values[0]
+    shape = getattr(value, "shape", None)
+    return None if shape is None else shape.rank
+
+
+# ------------------------------------------------------------ functional models
+
+
+def is_functional_call(args: tuple, kwargs: dict) -> bool:
+    """Whether constructor arguments are functional (``inputs`` and ``outputs``)."""
+    return _model.functional_init_arguments(args, kwargs)
+
+
+_VARIANTS: dict[type, type] = {}
+
+
+def functional_variant(cls: type) -> type:
+    """``cls`` with ``Functional`` mixed in, created once per class.
+
+    Keras builds a functional instance of a ``Model`` subclass by rewriting that class's
+    bases in place (``inject_functional_model_class``), after which the class can no
+    longer be subclassed with a ``call`` of its own. A separate subclass that mixes in
+    ``Functional`` gives functional instances without touching ``cls``.
+    """
+    if issubclass(cls, _functional.Functional):
+        return cls
+    variant = _VARIANTS.get(cls)
+    if variant is None:
+        variant = type(
+            cls.__name__,
+            (cls, _functional.Functional),
+            {"__module__": cls.__module__, "__qualname__": cls.__qualname__},
+        )
+        _VARIANTS[cls] = variant
+    return variant
+
+
+# ------------------------------------------------------------------ cloning
+
+
+def model_being_cloned() -> Any:
+    """The model ``keras.models.clone_model`` is copying, when called from inside it.
+
+    Keras 3 (``keras.src.models.cloning._clone_functional_model``, 3.8 to 3.12) builds a
+    functional clone as ``model.__class__(inputs, outputs, name=model.name)``: a subclass's
+    own constructor arguments are not passed, and no public hook hands them over. The
+    caller's frame holds the model as ``model``. None outside a clone.
+    """
+    import sys
+
+    frame = sys._getframe(1)
+    while frame is not None:
+        code = frame.f_code
+        if code.co_name == "_clone_functional_model" and code.co_filename.endswith("cloning.py"):
+            return frame.f_locals.get("model")
+        frame = frame.f_back
+    return None
+
+
+# ------------------------------------------------------------------ self-check
+
+_SELF_CHECKED = False
+_SELF_CHECK_LOCK = threading.Lock()
+# What the probe compares, named in its errors: a misfire must say what it measured.
+_PROBE = (
+    "tfx-accum's self-check (once per process, outside any tf.distribute strategy: a loss "
+    "on 7 samples against the same loss split over micro-batches of 2 and 5)"
+)
+
+
+def _tested_range() -> str:
+    """The Keras range this package declares (pyproject.toml), e.g. ``>=3.8,<3.13``."""
+    try:
+        from importlib.metadata import requires
+
+        for requirement in requires("tfx-accum") or []:
+            name = requirement.split(";")[0].strip()
+            if name.startswith("keras") and not name.startswith("keras-"):
+                return ",".join(sorted(name[len("keras") :].split(","), reverse=True))
+    except Exception:  # noqa: BLE001 - a missing distribution only changes the message
+        pass
+    return ""
+
+
+def _unsupported(problem: str) -> RuntimeError:
+    """The error for a Keras whose internals differ from those the accumulation mirrors.
+
+    Only a Keras outside the tested range is blamed; inside it, the mismatch is this
+    package's fault, and the message says where to report it.
+    """
+    import keras
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
+    wanted = _tested_range()
+    try:
+        tested = bool(wanted) and keras.__version__ in SpecifierSet(wanted)
+    except InvalidSpecifier:
+        tested = False
+    if tested:
+        advice = (
+            f"this Keras is in the tested range ({wanted}), so this is a tfx-accum fault, "
+            f"not your Keras's: please report this whole message in a tfx-accum issue"
+        )
+    else:
+        advice = (
+            f"install a Keras the tests prove (pip install 'keras{wanted}')"
+            if wanted
+            else "install a Keras in the range tfx-accum's pyproject.toml names"
+        )
+    return RuntimeError(
+        f"tfx-accum: Keras {keras.__version__} {problem}, so gradient accumulation would "
+        f"not be exact; {advice}."
+    )
+
+
+def _whole_batch_value(terms: list[LossTerm], samples: int) -> float:
+    """The whole batch's loss from its micro-batches' terms, as the accumulation forms it."""
+    import numpy as np
+
+    kind = terms[0].kind
+    numerator = float(sum(np.asarray(t.numerator, "float64") for t in terms))
+    if kind in (SUM, NONE):
+        return numerator
+    if kind == COUNT:
+        return numerator / (samples * float(np.asarray(terms[0].per_sample)))
+    denominator = float(sum(np.asarray(t.denominator, "float64") for t in terms))
+    if kind == MASKED:
+        from keras import config
+
+        denominator += config.epsilon()
+    return numerator / denominator
+
+
+def self_check() -> None:
+    """Checks, once per process, that this Keras reduces losses as ``split_loss`` assumes.
+
+    Every loss kind (per reduction, with sample weights and with a mask) is split over two
+    uneven micro-batches and recombined; the result must equal Keras's own loss on the
+    whole batch. A Keras whose internals changed fails here, loudly, instead of training
+    inexactly. Raises ``RuntimeError`` naming the Keras version and the tested range.
+
+    The probe runs in a thread of its own, whatever the caller's context: ``fit`` calls
+    this inside its strategy's scope, where ``Loss.__call__`` divides every loss by the
+    number of replicas (``scale_loss_for_distribution``), and TensorFlow's strategy and
+    graph stacks are per thread. Its answer is the same whatever ran before it (#34).
+    """
+    global _SELF_CHECKED
+    if _SELF_CHECKED:
+        return
+    with _SELF_CHECK_LOCK:
+        if _SELF_CHECKED:
+            return
+        failure: list[BaseException] = []
+
+        def probe() -> None:
+            try:
+                # Eager, whatever the thread's default graph (TensorFlow; JAX is eager here).
+                with tf.init_scope() if tf is not None else contextlib.nullcontext():
+                    _probe_loss_reductions()
+            except BaseException as error:  # noqa: BLE001 - re-raised in the caller's thread
+                failure.append(error)
+
+        thread = threading.Thread(target=probe, name="tfx-accum-self-check")
+        thread.start()
+        thread.join()
+        if failure:
+            raise failure[0]
+        _SELF_CHECKED = True
+
+
+def _probe_loss_reductions() -> None:
+    """The comparisons of :func:`self_check`, in the calling thread's context."""
+    import numpy as np
+    from keras import losses
+
+    # The caller's duty; a scaled loss would misfire.
+    if tf is not None and tf.distribute.has_strategy():
+        raise AssertionError("the loss probe must run outside any distribution strategy")
+    for helper in ("apply_mask", "squeeze_or_expand_to_same_rank", "standardize_reduction"):
+        if not hasattr(_loss_lib, helper):
+            raise _unsupported(f"has no keras.src.losses.loss.{helper}")
+    rng = np.random.default_rng(0)
+    n = 7
+    y = rng.normal(size=(n, 3)).astype("float32")
+    pred = rng.normal(size=(n, 3)).astype("float32")
+    weights = rng.uniform(0.1, 2.0, n).astype("float32")
+    labels = rng.integers(0, 5, (n, 4))
+    logits = rng.normal(size=(n, 4, 5)).astype("float32")
+    mask = rng.uniform(size=(n, 4)) < 0.6
+    step_weights = rng.uniform(0.1, 2.0, (n, 4)).astype("float32")
+    cases = []
+    for reduction, kind in (
+        ("sum_over_batch_size", COUNT),
+        ("sum", SUM),
+        ("mean_with_sample_weight", WEIGHTS),
+        (None, NONE),
+    ):
+        for sw in (weights, None):
+            expected = COUNT if kind == WEIGHTS and sw is None else kind
+            cases.append(
+                (losses.MeanSquaredError(reduction=reduction), y, pred, sw, None, expected)
+            )
+        cases.append(
+            (
+                losses.SparseCategoricalCrossentropy(from_logits=True, reduction=reduction),
+                labels,
+                logits,
+                step_weights,
+                mask,
+                MASKED if kind == COUNT else kind,
+            )
+        )
+    for loss, y_true, y_pred, sw, valid, kind in cases:
+
+        def part(lo, hi, loss=loss, y_true=y_true, y_pred=y_pred, sw=sw, valid=valid):
+            p = ops.convert_to_tensor(y_pred[lo:hi])
+            if valid is not None:
+                _backend.set_keras_mask(p, ops.convert_to_tensor(valid[lo:hi]))
+            return split_loss(loss, y_true[lo:hi], p, None if sw is None else sw[lo:hi])
+
+        whole_pred = ops.convert_to_tensor(y_pred)
+        if valid is not None:
+            _backend.set_keras_mask(whole_pred, ops.convert_to_tensor(valid))
+        keras_value = float(np.sum(np.asarray(loss(y_true, whole_pred, sw), "float64")))
+        terms = [part(0, 2), part(2, n)]
+        if any(t.kind != kind for t in terms):
+            raise _unsupported(
+                f"reduces {loss.name} (reduction={loss.reduction!r}) as "
+                f"{terms[0].kind!r}, not {kind!r}, in {_PROBE}"
+            )
+        ours = _whole_batch_value(terms, n)
+        if not np.isclose(ours, keras_value, rtol=1e-5, atol=1e-6):
+            raise _unsupported(
+                f"computes {loss.name} (reduction={loss.reduction!r}, sample weights "
+                f"{sw is not None}, mask {valid is not None}) as {keras_value!r}, where its "
+                f"split over micro-batches gives {ours!r}, in {_PROBE}"
+            )
+
+
+def check_compiled(model: Any) -> None:
+    """Checks that a compiled model has the trainer attributes the accumulation reads."""
+    for attribute in ("_compile_loss", "_compile_metrics", "_loss_tracker", "_compute_loss"):
+        if not hasattr(model, attribute):
+            raise _unsupported(f"has no Trainer.{attribute}")
+    if not hasattr(model, "_call_has_training_arg"):
+        raise _unsupported("has no Layer._call_has_training_arg")

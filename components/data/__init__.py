@@ -1,0 +1,18 @@
+"""The data as the Tuner and Trainer see it: features, task, statistics, splits, ExampleGen.
+
+Owns the data description from TFX's artifacts (schema, statistics, Transform's output), the
+task rule, the streaming CSV ExampleGen executor and the examples' fingerprint.
+"""
+
+from __future__ import annotations
+
+__all__ = ["DataDescription", "describe"]
+
+
+def __getattr__(name: str):
+    # Imported on first use: the description needs TensorFlow.
+    if name in __all__:
+        from tfx_accum.components.data import features
+
+        return getattr(features, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,372 @@
+"""The Tuner's and Trainer's data: the description from TFX's artifacts, and the splits.
+
+:func:`describe_data` makes the data description (components/data/features.py) from the
+schema and StatisticsGen's statistics, which the Tuner and Trainer components receive as
+an input (components/training/tfx_components.py puts its location in ``custom_config``).
+
+:func:`read_splits` reads the examples through ``fn_args.data_accessor`` (TFX's TFXIO
+reader, parsing by the schema) and preprocesses them with the Keras layers that are
+exported with the model. TFX batches datasets at one fixed size; tuning batch sizes needs
+per-trial batching (tfx #3591), so the splits are unbatched and each trial or training run
+batches them at its own effective batch.
+
+The Tuner and Trainer never read ExampleGen's eval split: the Evaluator blesses on it. Both
+hold out every ``VALIDATION_EVERY``-th example of the training split as their own
+validation split: the Tuner ranks trials on it, and the Trainer, which trains the best
+trial's configuration on the same examples, reports the same score on it.
+
+A split whose parsed values exceed ``CACHE_BYTES`` is streamed: every epoch reads the
+examples from ExampleGen's files again (the shuffle buffer is the only thing held), so
+memory does not grow with the data. A smaller split is cached, parsed, in blocks of
+``_READ_BATCH`` examples: re-parsing small data every epoch would cost more than holding it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import time
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+from google.protobuf import text_format
+from tensorflow_metadata.proto.v0 import schema_pb2
+
+from tfx_accum import console
+from tfx_accum.components.accumulation.distributed_input import same_stream_for_every_iterator
+from tfx_accum.components.data.features import (
+    DataDescription,
+    Preprocessor,
+    dense_raw,
+    describe,
+    say_near_constant,
+)
+from tfx_accum.components.data.statistics import SplitStatistics
+from tfx_accum.components.data.transform import transform_output_path, transformed_schema
+from tfx_accum.components.settings import ModelSettings, is_model_function
+
+_READ_BATCH = 256
+CACHE_BYTES = 64 * 2**20  # a split up to this many bytes of float32 values is cached
+VALIDATION_EVERY = 5  # every 5th training example is held out for validation (20 %)
+STATISTICS_KEY = "statistics"  # custom_config: the ExampleStatistics artifact's URI
+
+
+def load_schema(schema_path: str) -> schema_pb2.Schema:
+    # As tfx.utils.parse_pbtxt_file, without importing TFX (seconds, in every worker process).
+    with tf.io.gfile.GFile(schema_path) as handle:
+        return text_format.Parse(handle.read(), schema_pb2.Schema())
+
+
+def examples_schema(fn_args) -> schema_pb2.Schema:
+    """The schema the examples are parsed by: Transform's transformed schema where the
+    component has a ``transform_graph`` (components/data/transform.py), else ``schema``'s."""
+    path = transform_output_path(fn_args)
+    return transformed_schema(path) if path else load_schema(fn_args.schema_path)
+
+
+@dataclasses.dataclass
+class Splits:
+    """Unbatched ``(model inputs, label)`` datasets: the training examples the model fits,
+    the validation examples held out of the training split, and what the inputs are."""
+
+    train: tf.data.Dataset
+    validation: tf.data.Dataset
+    data: DataDescription
+    train_size: int
+    preprocessor: Preprocessor
+    validation_size: int = 0
+
+
+def split_statistics(
+    fn_args, schema: schema_pb2.Schema, component: str
+) -> tuple[SplitStatistics, SplitStatistics | None]:
+    """The training and eval splits' statistics: StatisticsGen's where the component hands
+    them over (tfx_accum's Tuner and Trainer), else computed by TFDV over the examples.
+
+    TFX's stock Tuner and Trainer take no statistics; the module then computes the same
+    statistics itself, over the examples it is given, and says so in one line.
+    """
+    uri = (fn_args.custom_config or {}).get(STATISTICS_KEY)
+    transformed = transform_output_path(fn_args) is not None
+    if uri and not transformed:
+        train = SplitStatistics.load(uri, "train")
+        try:
+            evaluation = SplitStatistics.load(uri, "eval")
+        except ValueError:
+            evaluation = None
+        return train, evaluation
+    start = time.monotonic()
+    splits = {"train": list(fn_args.train_files)}
+    eval_files = list(getattr(fn_args, "eval_files", None) or [])
+    if eval_files:
+        splits["eval"] = eval_files
+    computed = SplitStatistics.compute(splits, schema)  # one Beam pipeline for both
+    train, evaluation = computed["train"], computed.get("eval")
+    name = component.capitalize()
+    why = (
+        "StatisticsGen's describe the raw examples, the model gets Transform's"
+        if transformed
+        else f"TFX's stock {name} hands over no StatisticsGen output (tfx_accum's {name} "
+        "takes it as its `statistics` input)"
+    )
+    kind = "transformed examples" if transformed else "examples"
+    console.say(
+        f"[{component}] statistics: computed by TFDV over the {kind} "
+        f"({train.num_examples:,} training rows, {time.monotonic() - start:.1f} s): {why}"
+    )
+    return train, evaluation
+
+
+def _pruned(schema: schema_pb2.Schema, names: set[str]) -> schema_pb2.Schema:
+    """The schema of only ``names`` (TFXIO parses every feature of the schema it gets)."""
+    pruned = schema_pb2.Schema()
+    pruned.CopyFrom(schema)
+    del pruned.feature[:]
+    pruned.feature.extend(f for f in schema.feature if f.name in names)
+    return pruned
+
+
+def _parsed(fn_args, files: list[str], schema: schema_pb2.Schema) -> tf.data.Dataset:
+    """``fn_args.data_accessor``'s batches of parsed examples, in file order, once."""
+    from tfx_bsl.public import tfxio
+
+    options = tfxio.TensorFlowDatasetOptions(
+        batch_size=_READ_BATCH, shuffle=False, num_epochs=1, drop_final_batch=False
+    )
+    return fn_args.data_accessor.tf_dataset_factory(files, options, schema)
+
+
+def _sample(fn_args, schema: schema_pb2.Schema) -> dict[str, list[bytes]]:
+    """The first examples' BYTES values (images are told from text by them)."""
+    names = {f.name for f in schema.feature if f.type == schema_pb2.BYTES}
+    if not names:
+        return {}
+    sample: dict[str, list[bytes]] = {}
+    for batch in _parsed(fn_args, list(fn_args.train_files), _pruned(schema, names)).take(1):
+        for name in names:
+            column = batch[name]
+            values = column.values if isinstance(column, tf.SparseTensor) else column
+            sample[name] = [v for v in tf.reshape(values, [-1]).numpy().tolist() if v]
+    return sample
+
+
+def describe_data(fn_args, settings: ModelSettings, component: str) -> DataDescription:
+    """The model's inputs, label and task, from the schema and the statistics.
+
+    A model function's model gets only the inputs it declares (components/training/custom_model.py):
+    the description is narrowed to them, so they alone are read, preprocessed and served.
+    ``component`` (``tuner``, ``trainer``) prefixes the lines it prints.
+    """
+    schema = examples_schema(fn_args)
+    train, evaluation = split_statistics(fn_args, schema, component)
+    data = describe(schema, train, settings, evaluation, _sample(fn_args, schema))
+    if settings.task is None:  # nobody decided it before (the command line's check does)
+        console.say(f"[{component}] task: {data.task} ({data.task_reason}; --task to choose)")
+    say_near_constant(data, component)
+    if is_model_function(settings.model):
+        from tfx_accum.components.training.custom_model import narrow_to_declared
+
+        data = narrow_to_declared(settings.model, data, component)
+    return data
+
+
+def validation_examples(data: DataDescription) -> int:
+    """Examples held out of the training split for validation (every 5th)."""
+    return data.rows // VALIDATION_EVERY
+
+
+def training_examples(data: DataDescription) -> int:
+    """Examples of the training split the model fits (the rest)."""
+    return data.rows - validation_examples(data)
+
+
+def read_splits(fn_args, data: DataDescription) -> Splits:
+    """The training and validation examples of ``fn_args.train_files``, preprocessed."""
+    schema = _pruned(examples_schema(fn_args), {*data.keys, data.label_key})
+    preprocessor = Preprocessor(data)
+    count, validation_size = data.rows, validation_examples(data)
+    if training_examples(data) < 1 or validation_size < 1:
+        raise ValueError(
+            f"The training split has {count} examples: too few to hold out a validation "
+            f"split (every {VALIDATION_EVERY}th example) and train on the rest."
+        )
+
+    # Plain TensorFlow, no Python control flow on tensors: autograph's conversion of the
+    # whole call tree (Keras preprocessing layers included) cost seconds in every process.
+    @tf.autograph.experimental.do_not_convert
+    def preprocess(batch):
+        raw = dense_raw(batch, data, with_label=True)
+        label = preprocessor.encode_label(raw.pop(data.label_key))
+        return preprocessor(raw), label
+
+    blocks = _parsed(fn_args, list(fn_args.train_files), schema).map(
+        preprocess, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
+    )
+    if count * data.values_per_example * 4 <= CACHE_BYTES:
+        blocks = blocks.cache()
+    examples = blocks.unbatch().enumerate()
+
+    def part(keep_validation: bool) -> tf.data.Dataset:
+        held = examples.filter(
+            tf.autograph.experimental.do_not_convert(
+                lambda i, _: tf.equal(i % VALIDATION_EVERY == VALIDATION_EVERY - 1, keep_validation)
+            )
+        )
+        return held.map(tf.autograph.experimental.do_not_convert(lambda _, example: example))
+
+    return Splits(
+        part(False), part(True), data, training_examples(data), preprocessor, validation_size
+    )
+
+
+def _files(file_patterns: list[str]) -> list[str]:
+    return sorted(f for pattern in file_patterns for f in tf.io.gfile.glob(pattern))
+
+
+def _records(files: list[str]) -> tf.data.Dataset:
+    """ExampleGen's serialized ``tf.Example`` records (gzipped TFRecord files), in order."""
+    compression = "GZIP" if files and files[0].endswith(".gz") else ""
+    return tf.data.TFRecordDataset(files, compression_type=compression)
+
+
+def batched(
+    dataset: tf.data.Dataset,
+    batch_size: int,
+    shuffle_seed: int | None,
+    repeat: bool = True,
+    drop_remainder: bool = False,
+) -> tf.data.Dataset:
+    """Shuffles (optionally), repeats and batches an unbatched split.
+
+    The batch dimension is left unknown (unless ``drop_remainder``: TPUs need it static):
+    a repeated stream would otherwise tell every batch size apart, and a model would trace
+    its training step once per effective batch of a search instead of once.
+
+    Every iterator of a shuffled result yields the same stream, the first one's: under a
+    distribution strategy Keras's ``fit`` reads a dataset once before training, which
+    would otherwise move the seeded shuffle on (components/accumulation/distributed_input.py).
+    """
+
+    def stream() -> tf.data.Dataset:
+        data = dataset
+        if shuffle_seed is not None:
+            data = data.shuffle(4096, seed=shuffle_seed, reshuffle_each_iteration=True)
+        if repeat:
+            data = data.repeat()
+        return data.batch(batch_size, drop_remainder=drop_remainder)
+
+    result = stream() if shuffle_seed is None else same_stream_for_every_iterator(stream)
+    if not drop_remainder:
+        result = result.map(tf.autograph.experimental.do_not_convert(_any_batch_size))
+    return result.prefetch(tf.data.AUTOTUNE)
+
+
+def _any_batch_size(*structure):
+    """The same tensors, with an unknown batch dimension (their values are untouched)."""
+
+    def relax(tensor):
+        shape = [None, *tensor.shape[1:]]
+        return tf.raw_ops.PlaceholderWithDefault(input=tensor, shape=shape)
+
+    relaxed = tf.nest.map_structure(relax, structure)
+    return relaxed if len(relaxed) > 1 else relaxed[0]
+
+
+# Keys of TensorFlow's keyed hash (SipHash), fixed so that a fingerprint is stable.
+_ENTRY_KEY = (0x74667861, 0x63637521)
+_FINGERPRINT_KEYS = ((0x7466782D, 0x61636375), (0x6D2D6578, 0x616D706C))
+_HASH_BUCKETS = 2**31 - 1  # sums of up to 2**32 records fit an int64
+_LAST = np.int64(2**63 - 1)  # sorts after every entry hash (which are below 2**62)
+
+
+def _canonical_examples(records: tf.Tensor) -> tf.Tensor:
+    """One string per serialized ``tf.Example``, the same whatever order its features were
+    serialized in: the sorted hashes of its (name, value) entries.
+
+    A ``tf.Example``'s features are a protobuf map, whose serialized order is not fixed:
+    two ExampleGen runs over the same CSV write the same examples as different bytes.
+    """
+    _, (features,) = tf.io.decode_proto(records, "tensorflow.Example", ["features"], [tf.string])
+    sizes, (entries,) = tf.io.decode_proto(
+        tf.reshape(features, [-1]), "tensorflow.Features", ["feature"], [tf.string]
+    )
+    lengths = tf.reshape(sizes, [-1])
+    hashes = tf.strings.to_hash_bucket_strong(entries, 2**62, list(_ENTRY_KEY))
+    present = tf.sequence_mask(lengths, tf.shape(entries)[1])
+    ordered = tf.sort(tf.where(present, hashes, _LAST), axis=1)  # padding last
+    rows = tf.RaggedTensor.from_tensor(ordered, lengths=lengths)
+    return tf.strings.reduce_join(tf.strings.as_string(rows), axis=1, separator=",")
+
+
+def examples_fingerprint(file_patterns: list[str]) -> str:
+    """A digest of the ``tf.Example`` s in ``file_patterns``: the same for the same examples
+    however ExampleGen sharded, named or ordered them and serialized their features (a count
+    and two sums of keyed hashes of :func:`_canonical_examples`).
+
+    A Kubeflow run's ExampleGen writes new files under a new path every run, also for
+    unchanged data; this is what stays the same.
+    """
+    files = _files(file_patterns)
+    if not files:
+        return "empty"
+    # The Tuner and the Trainer of a local run ask for the same files in one process.
+    stats = tuple((f, (st := tf.io.gfile.stat(f)).length, st.mtime_nsec) for f in files)
+    if stats not in _FINGERPRINTS:
+        _FINGERPRINTS[stats] = _fingerprint(files)
+    return _FINGERPRINTS[stats]
+
+
+# Fingerprints computed in this process, by the files' names, sizes and modification times.
+_FINGERPRINTS: dict[tuple, str] = {}
+
+
+def _fingerprint(files: list[str]) -> str:
+    def digest(records):
+        canonical = _canonical_examples(records)
+        return (
+            tf.size(records, out_type=tf.int64),
+            *(
+                tf.reduce_sum(tf.strings.to_hash_bucket_strong(canonical, _HASH_BUCKETS, list(k)))
+                for k in _FINGERPRINT_KEYS
+            ),
+        )
+
+    totals = (
+        _records(files)
+        .batch(_READ_BATCH)
+        .map(digest)
+        .reduce(
+            (np.int64(0),) * (1 + len(_FINGERPRINT_KEYS)),
+            lambda total, batch: tuple(t + b for t, b in zip(total, batch)),
+        )
+    )
+    return "-".join(f"{int(value):x}" for value in totals)
+
+
+def _file_digest(path: str) -> str:
+    with tf.io.gfile.GFile(path, "rb") as handle:
+        return hashlib.sha256(handle.read()).hexdigest()
+
+
+def location_for_inputs(root: str, prefix: str, fn_args, **inputs: Any) -> str:
+    """``<root>/<prefix>-<hash>``: one folder per set of inputs, stable across executions.
+
+    TFX gives every execution a new working directory; state that a retry or rerun of the
+    same inputs must find again (the Trainer's backup, the Tuner's search) lives here,
+    keyed by the *content* of the examples (:func:`examples_fingerprint`) and of the schema,
+    and by ``inputs`` (JSON-serialisable settings). Not by their paths: on Kubeflow every
+    run's ExampleGen writes the same examples to a new path, and a rerun on unchanged data
+    must find the finished search.
+    """
+    key = json.dumps(
+        {
+            "train": examples_fingerprint(fn_args.train_files),
+            "eval": examples_fingerprint(fn_args.eval_files),
+            "schema": _file_digest(fn_args.schema_path),
+            **inputs,
+        },
+        sort_keys=True,
+    )
+    return f"{root.rstrip('/')}/{prefix}-{hashlib.sha256(key.encode()).hexdigest()[:16]}"

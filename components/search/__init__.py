@@ -1,0 +1,23 @@
+"""The joint search of accumulation steps, micro-batch size and learning rate (Keras Tuner).
+
+Owns the TFX Tuner module (``search.tuner.tuner_fn``), the search space and policy, the
+oracle and tuner mixins, parallel trials and the search state; it builds on the accumulation
+model, never the other way.
+"""
+
+from __future__ import annotations
+
+__all__ = ["SearchSpace", "tuner_fn"]
+
+
+def __getattr__(name: str):
+    # Imported on first use: ``search_space`` is light, the Tuner module needs TFX.
+    if name == "SearchSpace":
+        from tfx_accum.components.search.search_space import SearchSpace
+
+        return SearchSpace
+    if name == "tuner_fn":
+        from tfx_accum.components.search.tuner import tuner_fn
+
+        return tuner_fn
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,4 @@
+"""Checks before anything runs: the data (CSV, TFRecords, schema), the model, the output directory.
+
+Each bad case stops the run with one line (``InputError``, exit 2); the embedded data sets too.
+"""

@@ -1,0 +1,4 @@
+"""The Kubeflow Pipelines / Vertex AI compile: node-pool profiles, spec edits, the local run.
+
+The pipeline is the same ``create_pipeline`` as the local run (``tfx_accum.pipeline.pipeline``).
+"""

@@ -1,0 +1,142 @@
+"""The data description from the schema and StatisticsGen's statistics (data/features.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from tensorflow_metadata.proto.v0 import schema_pb2, statistics_pb2
+
+from tfx_accum.components.data.features import (
+    CATEGORY_BINS,
+    Preprocessor,
+    describe,
+    parse_raw,
+)
+from tfx_accum.components.data.statistics import SplitStatistics
+from tfx_accum.components.settings import ModelSettings
+
+
+def _schema(features: dict[str, int], categorical=()) -> schema_pb2.Schema:
+    schema = schema_pb2.Schema()
+    for name, kind in features.items():
+        feature = schema.feature.add(name=name, type=kind)
+        if name in categorical:
+            feature.int_domain.is_categorical = True
+    return schema
+
+
+def _stats(rows: int, numeric=None, text=None) -> SplitStatistics:
+    """Statistics as StatisticsGen writes them: ``numeric`` {name: (present, mean, std,
+    min, max)}, ``text`` {name: (present, {value: count})}."""
+    features = {}
+    for name, (present, mean, std, low, high) in (numeric or {}).items():
+        feature = statistics_pb2.FeatureNameStatistics()
+        feature.path.step.append(name)
+        feature.num_stats.common_stats.num_non_missing = present
+        feature.num_stats.mean, feature.num_stats.std_dev = mean, std
+        feature.num_stats.min, feature.num_stats.max = low, high
+        features[name] = feature
+    for name, (present, counts) in (text or {}).items():
+        feature = statistics_pb2.FeatureNameStatistics()
+        feature.path.step.append(name)
+        feature.string_stats.common_stats.num_non_missing = present
+        for value, count in sorted(counts.items(), key=lambda item: -item[1]):
+            feature.string_stats.rank_histogram.buckets.add(label=value, sample_count=count)
+        features[name] = feature
+    return SplitStatistics(rows, features)
+
+
+def _example(**values) -> bytes:
+    feature = {}
+    for name, value in values.items():
+        if isinstance(value, str | bytes):
+            value = value.encode() if isinstance(value, str) else value
+            feature[name] = tf.train.Feature(bytes_list=tf.train.BytesList(value=[value]))
+        elif isinstance(value, float):
+            feature[name] = tf.train.Feature(float_list=tf.train.FloatList(value=[value]))
+        else:
+            feature[name] = tf.train.Feature(int64_list=tf.train.Int64List(value=[value]))
+    return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
+
+
+INT, FLOAT, BYTES = schema_pb2.INT, schema_pb2.FLOAT, schema_pb2.BYTES
+
+
+def test_the_description_comes_from_the_schema_and_the_statistics():
+    schema = _schema(
+        {"sepal length (cm)": FLOAT, "zip": INT, "color": BYTES, "label": INT}, ("zip",)
+    )
+    stats = _stats(
+        100,
+        numeric={"sepal length (cm)": (90, 5.8, 0.8, 4.3, 7.9), "label": (100, 1, 0.8, 0, 2)},
+        text={"color": (100, {"red": 60, "blue": 40}), "zip": (100, {"10001": 70, "10002": 30})},
+    )
+    data = describe(schema, stats, ModelSettings())
+    by_name = {f.name: f for f in data.features}
+    sepal = by_name["sepal length (cm)"]
+    assert (sepal.kind, sepal.input_name, sepal.missing) == ("numeric", "sepal_length_cm", 10)
+    assert sepal.mean == pytest.approx(5.8) and sepal.variance == pytest.approx(0.64)
+    assert by_name["color"].vocabulary == ("red", "blue")  # most frequent first
+    assert (by_name["zip"].kind, by_name["zip"].vocabulary) == ("categorical", ("10001", "10002"))
+    assert (data.task, data.num_classes, data.rows) == ("multiclass", 3, 100)
+
+
+def test_near_constant_features_get_a_variance_floor_not_a_blow_up():
+    schema = _schema({"rare": FLOAT, "flat": FLOAT, "fine": FLOAT, "label": INT})
+    stats = _stats(
+        15_000,
+        numeric={
+            "rare": (1, 1234.0, 0.0, 1234.0, 1234.0),  # one value in 15,000 rows
+            "flat": (15_000, 3.0, 0.0, 3.0, 3.0),
+            "fine": (15_000, 0.0, 2.0, -5.0, 5.0),
+            "label": (15_000, 0.5, 0.5, 0, 1),
+        },
+    )
+    features = {f.name: f for f in describe(schema, stats, ModelSettings()).features}
+    assert features["rare"].variance_floored and features["rare"].variance == 1234.0**2
+    assert features["flat"].variance_floored and features["flat"].variance == 9.0
+    assert not features["fine"].variance_floored and features["fine"].variance == 4.0
+    # A request's real value stays within a few units of the training inputs.
+    scaled = (2000.0 - features["rare"].mean) / np.sqrt(features["rare"].variance)
+    assert abs(scaled) < 1.0
+
+
+def test_an_integer_column_declared_categorical_without_counted_values_is_hashed():
+    schema = _schema({"tract": INT, "label": INT})
+    stats = _stats(50, numeric={"tract": (50, 5e6, 1e5, 1e6, 9e6), "label": (50, 0.5, 0.5, 0, 1)})
+    data = describe(schema, stats, ModelSettings(categorical_features=("tract",)))
+    tract = data.features[0]
+    assert (tract.kind, tract.vocabulary, tract.index_size) == ("categorical", (), CATEGORY_BINS)
+    inputs = Preprocessor(data)(parse_raw(tf.constant([_example(tract=4_000_123)]), data))
+    assert 1 <= int(inputs["tract"][0, 0]) < CATEGORY_BINS  # 0: missing
+
+
+def test_float_labels_written_as_whole_numbers_train_as_classes():
+    schema = _schema({"x": FLOAT, "label": FLOAT})
+    stats = _stats(40, numeric={"x": (40, 0.0, 1.0, -2, 2), "label": (40, 0.5, 0.5, 0.0, 1.0)})
+    data = describe(schema, stats, ModelSettings(task="binary", num_classes=2))
+    serialized = tf.constant([_example(x=1.0, label=1.0), _example(x=0.0, label=0.0)])
+    raw = parse_raw(serialized, data, with_label=True)
+    assert Preprocessor(data).encode_label(raw["label"]).numpy().tolist() == [1, 0]
+    with pytest.raises(tf.errors.InvalidArgumentError, match="not a whole number"):
+        Preprocessor(data).encode_label(tf.constant([0.5]))
+
+
+def test_a_regression_target_is_learned_standardised_and_served_in_its_units():
+    schema = _schema({"x": FLOAT, "y": INT})
+    stats = _stats(400, numeric={"x": (400, 0.0, 1.0, -3, 3), "y": (400, 152.0, 77.0, 25, 346)})
+    data = describe(schema, stats, ModelSettings(label_key="y"))
+    assert (data.task, data.outputs) == ("regression", 1)
+    preprocessor = Preprocessor(data)
+    standardised = preprocessor.encode_label(tf.constant([229], tf.int64))
+    assert float(standardised[0]) == pytest.approx(1.0)
+    assert float(preprocessor.decode_prediction(standardised)[0]) == pytest.approx(229.0)
+
+
+def test_columns_outside_the_selection_are_not_described_nor_read():
+    schema = _schema({"id": INT, "a": FLOAT, "b": FLOAT, "label": INT})
+    numeric = {n: (40, 0.0, 1.0, -1, 1) for n in ("id", "a", "b")}
+    stats = _stats(40, numeric={**numeric, "label": (40, 0.5, 0.5, 0, 1)})
+    assert describe(schema, stats, ModelSettings(exclude_features=("id",))).keys == ["a", "b"]
+    assert describe(schema, stats, ModelSettings(features=("b",))).keys == ["b"]
