@@ -32,6 +32,8 @@ def _counts(output: str) -> dict[str, int]:
 def _timed(command: list[str], cwd: Path, env: dict[str, str] | None = None) -> dict:
     start = time.monotonic()
     proc = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True)
+    log = Path(tempfile.gettempdir()) / "tfx-accum-test-tiers.log"
+    log.write_text(proc.stdout + proc.stderr)  # the last run's whole output, for a failure
     return {
         "seconds": round(time.monotonic() - start, 1),
         "exit": proc.returncode,
