@@ -159,4 +159,11 @@ def pytest_collection_modifyitems(config, items):
         return len(LONGEST_UNITS) + (not e2e)
 
     # Modules stay contiguous (a module fixture is set up once); heavier units first.
-    items[:] = [item for module in sorted(modules, key=weight) for item in modules[module]]
+    order = sorted(modules, key=weight)
+    seed = os.environ.get("TFX_ACCUM_SHUFFLE_MODULES")
+    if seed:  # to find order dependence: the modules in a seeded random order (tests in each
+        # module keep theirs), so other modules share a worker and run before each other
+        import random
+
+        random.Random(int(seed)).shuffle(order)
+    items[:] = [item for module in order for item in modules[module]]

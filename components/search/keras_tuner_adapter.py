@@ -182,6 +182,24 @@ def trials_exhausted(oracle) -> bool:
 # ``_run_times``, ``_retry_queue``, ``_record_values``, ``_save_trial``).
 
 
+def retry_orphaned_trials(oracle) -> list[str]:
+    """Sends for retry the trials a reloaded oracle would lose: running per their own file,
+    but not among the state's ongoing ones. ``Oracle.create_trial`` writes the new trial's
+    file, then ``oracle.json``; a run killed between the two leaves such a trial, which
+    ``Oracle.reload`` counts toward ``max_trials`` but neither finishes nor runs again.
+    Returns their ids."""
+    from keras_tuner.src.engine import trial as trial_module
+
+    queued = set(oracle._retry_queue)
+    orphans = [
+        trial_id
+        for trial_id, trial in sorted(oracle.trials.items())
+        if trial.status == trial_module.TrialStatus.RUNNING and trial_id not in queued
+    ]
+    oracle._retry_queue.extend(orphans)
+    return orphans
+
+
 def write_state_atomically(write_text) -> None:
     """Every Keras Tuner state file is written by ``write_text(path, text)`` from now on."""
     import json

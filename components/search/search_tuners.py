@@ -43,6 +43,7 @@ from typing import Any
 import keras_tuner
 
 from tfx_accum import console
+from tfx_accum.components.search import keras_tuner_adapter as kt_adapter
 from tfx_accum.components.search import parallel_search, search_state
 from tfx_accum.components.search.hypermodel import AccumulationHyperModel
 from tfx_accum.components.search.keras_tuner_adapter import NoSessionResetMixin
@@ -111,6 +112,13 @@ class AccumulationOracleMixin:
     def __init__(self, *args, space: SearchSpace, **kwargs):
         super().__init__(*args, **kwargs)
         self.space = space
+
+    def reload(self):
+        """Keras Tuner's reload, and a trial killed as it was created runs again too
+        (``keras_tuner_adapter.retry_orphaned_trials``): else it counts toward
+        ``max_trials`` without ever training."""
+        super().reload()
+        kt_adapter.retry_orphaned_trials(self)
 
     def populate_space(self, trial_id):
         """The algorithm's proposal, within ``max_effective_batch`` and, with

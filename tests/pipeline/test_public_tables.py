@@ -37,7 +37,7 @@ from public_tables import (
 
 pytestmark = pytest.mark.e2e
 
-TESTS = str(Path(__file__).resolve().parent)  # custom_models.py lives here
+TESTS = str(Path(__file__).resolve().parents[1])  # custom_models.py lives here
 BUDGET = ["--max-trials", "4"]
 
 

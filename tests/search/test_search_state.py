@@ -104,3 +104,20 @@ def test_keras_tuner_is_the_version_the_adapter_was_written_for():
     assert utils.save_json.__module__ == "tfx_accum.components.search.keras_tuner_adapter"
     constraints = Path(__file__).resolve().parents[2] / "constraints.txt"
     assert "keras-tuner==1.4.8" in constraints.read_text()
+
+
+def test_a_trial_killed_as_it_was_created_runs_again(tmp_path):
+    """Keras Tuner writes a new trial's file, then oracle.json: a run killed between the two
+    left a trial running per its file but not ongoing per the oracle, which its reload
+    counted toward max_trials and never ran (tests/pipeline/test_reliability.py's killed
+    Tuner, when the kill landed there)."""
+    tuner = _tuner(tmp_path, resume=False)
+    _finish(tuner, 0.5)
+    oracle_file = tmp_path / PROJECT_NAME / "oracle.json"
+    before = oracle_file.read_text()
+    orphan = _finish(tuner, None)  # created and running ...
+    oracle_file.write_text(before)  # ... but the kill came before oracle.json was written
+    resumed = _tuner(tmp_path, resume=True)
+    again = resumed.oracle.create_trial(resumed.tuner_id)
+    assert again.trial_id == orphan
+    assert again.hyperparameters.values == tuner.oracle.trials[orphan].hyperparameters.values

@@ -15,7 +15,7 @@ from tfx_accum.pipeline.checks.data import write_embedded_digits
 # Runs the pipeline or a command in subprocesses (minutes): `pytest -m "not e2e"` skips it.
 pytestmark = pytest.mark.e2e
 
-TESTS = str(Path(__file__).resolve().parent)  # custom_models.py lives here
+TESTS = str(Path(__file__).resolve().parents[1])  # custom_models.py lives here
 
 
 def test_a_model_function_is_tuned_trained_and_served(tmp_path):
