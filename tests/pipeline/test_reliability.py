@@ -248,6 +248,8 @@ def test_killed_tuner_resumes_its_search_without_rerunning_finished_trials(tmp_p
     assert 2 <= done < 4, rerun.stdout
     ran = re.findall(r"^\[tuner\] trial (\d+): ", rerun.stdout, re.M)
     assert sorted(ran) == [str(i) for i in range(done, 4)], rerun.stdout
-    # Trials are seeded and accumulation is exact: the resumed search finds the same best.
-    best = re.compile(r"^best trial: .*$", re.M)
-    assert best.search(rerun.stdout).group(0) == best.search(whole.stdout).group(0)
+    # Trials are seeded and accumulation is exact: the resumed search finds the same best
+    # model, its effective batch and learning rate. (Its split is the one timed fastest
+    # after the search, which two runs may time differently: the same model either way.)
+    best = re.compile(r"^best trial: .*learning_rate=(\S+) effective_batch=(\d+)$", re.M)
+    assert best.search(rerun.stdout).groups() == best.search(whole.stdout).groups()
