@@ -4,6 +4,7 @@ figure in the prose found in ``bench/results/``)."""
 
 from __future__ import annotations
 
+import functools
 import re
 
 import pytest
@@ -21,6 +22,14 @@ SETTINGS = {
     ("60", "s"),  # pipeline/kubeflow/spec.py: the retry policy's first back-off
     ("600", "s"),  # pipeline/kubeflow/spec.py: its longest back-off
 }
+
+
+@functools.cache
+def _measured() -> frozenset[tuple[str, str]]:
+    """Every figure with a unit in the committed bench outputs, read once per session."""
+    return frozenset(
+        (m[1], m[2]) for output in RESULTS.glob("*.md") for m in FIGURE.finditer(output.read_text())
+    )
 
 
 def _prose(text: str) -> str:
@@ -62,9 +71,7 @@ def test_relative_links_resolve(path):
 
 @pytest.mark.parametrize("path", documents(), ids=lambda p: str(p.relative_to(ROOT)))
 def test_every_measured_figure_is_a_committed_bench_output(path):
-    measured = {
-        (m[1], m[2]) for output in RESULTS.glob("*.md") for m in FIGURE.finditer(output.read_text())
-    }
+    measured = _measured()
     prose = _prose(path.read_text())
     unknown = [m[0] for m in FIGURE.finditer(prose) if (m[1], m[2]) not in measured | SETTINGS]
     assert not unknown, (
