@@ -108,6 +108,7 @@ def check_custom_config(config: dict[str, Any] | None) -> None:
 
 # What a trial records beside its score (Keras Tuner metrics, and columns of trials.csv).
 TRIAL_EXAMPLES = "examples"  # training examples the trial's score is for
+TRIAL_SCORED_ON = "scored_examples"  # held-out examples the trial's score is measured on
 TRIAL_SPEED = "examples_per_second"  # steady training throughput (tuner.EpochTimes)
 TRIAL_PEAK_MEMORY = "peak_memory_mb"  # GPU allocator peak, or the process's peak RSS on CPU
 TRIAL_REUSED_FROM = "reused_from"  # the trial whose score an exact duplicate reuses
@@ -120,6 +121,7 @@ RESPLIT_SPEEDUP = "resplit_speedup"
 # what decides the trained model (components/search/search_policy.py: duplicate_key).
 TRIAL_RECORDED = (
     TRIAL_EXAMPLES,
+    TRIAL_SCORED_ON,
     TRIAL_SPEED,
     TRIAL_PEAK_MEMORY,
     TRIAL_REUSED_FROM,
@@ -308,6 +310,7 @@ class TunerDecision:
     resplit_from_split: str | None = None
     resplit_speedup: float | None = None
     examples: int | None = None  # training examples the best trial's model saw in all
+    scored_examples: int | None = None  # the held-out examples its score is on (None: all)
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> TunerDecision:
@@ -320,6 +323,7 @@ class TunerDecision:
             values.get(RESPLIT_FROM_SPLIT),
             values.get(RESPLIT_SPEEDUP),
             int(values[TRIAL_EXAMPLES]) if values.get(TRIAL_EXAMPLES) else None,
+            int(values[TRIAL_SCORED_ON]) if values.get(TRIAL_SCORED_ON) else None,
         )
 
     def describe_source(self) -> str:

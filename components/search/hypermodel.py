@@ -20,12 +20,21 @@ from __future__ import annotations
 from tfx_accum import needs_tfx  # noqa: F401 - first: without the tfx extra, one line
 
 # isort: split
+import time
+
 import keras
 import keras_tuner
 import tensorflow as tf
 
+from tfx_accum import console
 from tfx_accum.components.accumulation.strategy import ReplicaPlan, replica_plan
-from tfx_accum.components.data.datasets import Splits, batched
+from tfx_accum.components.data.datasets import (
+    HeldInMemory,
+    Splits,
+    batched,
+    fits_in_memory,
+    stream_reads,
+)
 from tfx_accum.components.data.features import DataDescription
 from tfx_accum.components.data.tasks import OBJECTIVES
 from tfx_accum.components.search.micro_batch_probe import fitting_micro_batches
@@ -41,6 +50,7 @@ from tfx_accum.components.settings import (
     HP_MICRO_BATCH_SIZE,
     TRIAL_EXAMPLES,
     TRIAL_PEAK_MEMORY,
+    TRIAL_SCORED_ON,
     TRIAL_SPEED,
 )
 from tfx_accum.components.training.models import build_model, ready_to_trace
@@ -87,6 +97,7 @@ class AccumulationHyperModel(keras_tuner.HyperModel):
         self.precision = precision  # the Keras dtype policy every trial's model is built under
         self.last_timing: EpochTimes | None = None  # of the latest fit, for the trial line
         self._models: dict[tuple, tuple[keras.Model, list]] = {}  # own values -> model, state
+        self._held: tuple[HeldInMemory | None, HeldInMemory | None] | None = None
 
     def declare_hyperparameters(self, hp: keras_tuner.HyperParameters) -> None:
         """Keras Tuner's hook for the space: ours (a model function declares its own as it
@@ -157,10 +168,8 @@ class AccumulationHyperModel(keras_tuner.HyperModel):
         kwargs.pop("x", None)
         kwargs.pop("validation_data", None)
         steps = steps_per_epoch(examples, plan.global_batch)
-        train = batched(self.splits.train, plan.global_batch, shuffle_seed=self.space.seed)
-        validation = self.splits.validation
-        if budget.ranking_examples is not None:  # the same first held-out examples
-            validation = validation.take(budget.ranking_examples)
+        train, validation = self.trial_data(budget, epochs * steps * plan.global_batch)
+        train = batched(train, plan.global_batch, shuffle_seed=self.space.seed)
         validation = validation.batch(EVAL_BATCH)
         timing = EpochTimes(plan.global_batch)
         lr = hp.get(HP_LEARNING_RATE)
@@ -191,11 +200,70 @@ class AccumulationHyperModel(keras_tuner.HyperModel):
             # The budget the trial's model has seen in all (Hyperband: from its first
             # epoch on); the Trainer trains the best trial's configuration for as many.
             TRIAL_EXAMPLES: float(epochs * steps * plan.global_batch),
+            # The held-out examples the score is on: the Trainer validates on the same.
+            TRIAL_SCORED_ON: float(budget.ranking_examples or self.splits.validation_size) or None,
         }
         for name, value in extra.items():
             if value is not None:
                 history.history[name] = [value] * done
         return history
+
+    def trial_data(self, budget, examples: int) -> tuple[tf.data.Dataset, tf.data.Dataset]:
+        """A trial's unbatched training examples (of which its stream yields ``examples``)
+        and the held-out examples that score it: the same every trial, so read once.
+
+        The first trial holds in memory what the trials read of the training stream (the
+        largest trial's examples and the shuffle buffer, or the whole split where that is
+        less) and the held-out examples, where each fits ``datasets.MEMORY_BYTES``; later
+        trials read those. The examples and their order are the streamed ones; a trial that
+        would read past what is held (a larger budget) streams from the files.
+        """
+        splits = self.splits
+        if self._held is None:
+            largest = self.space.tuning_epochs * (
+                budget.examples_per_epoch + self.space.largest_effective_batch * self.replicas
+            )
+            reads = min(stream_reads(largest), splits.train_size)
+            scored = budget.ranking_examples or splits.validation_size
+            start = time.monotonic()
+            train = (
+                HeldInMemory.first(splits.train, reads)
+                if 0 < reads and fits_in_memory(reads, splits.data)
+                else None
+            )
+            held_out = splits.validation
+            if budget.ranking_examples is not None:
+                held_out = held_out.take(budget.ranking_examples)
+            validation = (
+                HeldInMemory.first(held_out, scored)
+                if 0 < scored and fits_in_memory(scored, splits.data)
+                else None
+            )
+            self._held = (train, validation)
+            kept = [h for h in self._held if h is not None]
+            if kept:
+                console.say(
+                    "[tuner] held in memory for every trial: "
+                    + " and ".join(
+                        f"{h.count:,} {what} examples"
+                        for h, what in zip(self._held, ("training", "held-out"))
+                        if h is not None
+                    )
+                    + f" ({sum(h.nbytes for h in kept) / 2**20:.0f} MiB, read in "
+                    f"{time.monotonic() - start:.1f} s)"
+                )
+        train_held, validation_held = self._held
+        whole = train_held is not None and train_held.count == splits.train_size
+        if train_held is not None and (whole or stream_reads(examples) <= train_held.count):
+            train = train_held.dataset
+        else:
+            train = splits.train
+        if validation_held is not None:
+            return train, validation_held.dataset
+        validation = splits.validation
+        if budget.ranking_examples is not None:  # the same first held-out examples
+            validation = validation.take(budget.ranking_examples)
+        return train, validation
 
     def measure_speed(self, hp: keras_tuner.HyperParameters, model, updates: int = 10) -> dict:
         """Throughput and peak memory of ``hp``'s split over a few updates, without scoring.
@@ -204,7 +272,9 @@ class AccumulationHyperModel(keras_tuner.HyperModel):
         speed and memory at this split are not. Timed as a trial's steps are.
         """
         plan = self.plan(hp)
-        train = batched(self.splits.train, plan.global_batch, shuffle_seed=self.space.seed)
+        held = self._held[0] if self._held else None  # timed on what the trials read
+        source = held.dataset if held is not None else self.splits.train
+        train = batched(source, plan.global_batch, shuffle_seed=self.space.seed)
         timing = EpochTimes(plan.global_batch)
         memory = PeakMemory()
         memory.reset()

@@ -45,6 +45,7 @@ from tfx_accum.components.settings import (
     RESPLIT_SPEEDUP,
     TRIAL_EXAMPLES,
     TRIAL_RECORDED,
+    TRIAL_SCORED_ON,
 )
 
 COMPLETED = "COMPLETED"  # Keras Tuner's TrialStatus.COMPLETED
@@ -61,6 +62,7 @@ class TrialRecord:
     speed: float | None = None  # training examples per second
     reused_from: str | None = None  # the trial whose score this one reused
     examples: float | None = None  # training examples the trial's model saw in all
+    scored_examples: float | None = None  # held-out examples its score is on
 
     @property
     def scored(self) -> bool:
@@ -126,6 +128,8 @@ class TrainerChoice:
         values = dict(self.best.values)
         if self.best.examples is not None:
             values[TRIAL_EXAMPLES] = int(self.best.examples)
+        if self.best.scored_examples is not None:
+            values[TRIAL_SCORED_ON] = int(self.best.scored_examples)
         if self.resplit:
             k, m = self.best.split
             values[HP_ACCUMULATION_STEPS], values[HP_MICRO_BATCH_SIZE] = self.fastest.split

@@ -208,6 +208,12 @@ class SearchSpace:
                 "smaller choices."
             )
 
+    @property
+    def largest_effective_batch(self) -> int:
+        """The largest ``k * m`` a trial may train at (within ``max_effective_batch``)."""
+        largest = max(self.accumulation_steps_choices) * max(self.micro_batch_choices)
+        return min(largest, self.max_effective_batch or largest)
+
     def trial_budget(self, training_examples: int, validation_examples: int = 0) -> TrialBudget:
         """A trial's examples per epoch on a training split of ``training_examples``, and
         the held-out examples that score it (of ``validation_examples``).

@@ -64,10 +64,11 @@ from tfx_accum.components.settings import (
     TRIAL_EXAMPLES,
     TRIAL_PEAK_MEMORY,
     TRIAL_REUSED_FROM,
+    TRIAL_SCORED_ON,
     TRIAL_SPEED,
 )
 
-_MEASURED = (TRIAL_EXAMPLES, TRIAL_SPEED, TRIAL_PEAK_MEMORY, TRIAL_REUSED_FROM)
+_MEASURED = (TRIAL_EXAMPLES, TRIAL_SCORED_ON, TRIAL_SPEED, TRIAL_PEAK_MEMORY, TRIAL_REUSED_FROM)
 _PROPOSALS = 3  # repeats asked of the algorithm before an untried configuration is drawn
 PROJECT_NAME = "tfx_accum"  # Keras Tuner's project folder inside the search directory
 
@@ -90,6 +91,7 @@ def trial_record(trial) -> TrialRecord:
         speed=_metric(trial, TRIAL_SPEED),
         reused_from=None if reused is None else str(int(reused)),
         examples=_metric(trial, TRIAL_EXAMPLES),
+        scored_examples=_metric(trial, TRIAL_SCORED_ON),
     )
 
 
@@ -238,11 +240,15 @@ class AccumulationTunerMixin:
         else:
             model = self.hypermodel.build(trial.hyperparameters)
             speed = self.hypermodel.measure_speed(trial.hyperparameters, model)
-        examples = _metric(source, TRIAL_EXAMPLES)
+        recorded = {
+            name: value
+            for name in (TRIAL_EXAMPLES, TRIAL_SCORED_ON)
+            if (value := _metric(source, name)) is not None
+        }
         return {
             self.hypermodel.objective: float(source.score),
             **speed,
-            **({TRIAL_EXAMPLES: examples} if examples is not None else {}),
+            **recorded,
             TRIAL_REUSED_FROM: float(int(source.trial_id)),
         }
 

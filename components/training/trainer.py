@@ -143,7 +143,14 @@ def run_fn(fn_args: FnArgs) -> None:
     seed = int(config.get("seed", SearchSpace().seed))
     # TPUs need static shapes: whole batches only (the GA model then slices statically).
     tpu = isinstance(strategy, tf.distribute.TPUStrategy)
-    validation = splits.validation.batch(EVAL_BATCH, drop_remainder=tpu)
+    budget = trainer_budget(
+        fn_args.train_steps,
+        decision.examples if decision else None,
+        plan.global_batch,
+        config.get("train_budget") == BEST_TRIAL_BUDGET,
+    )
+    scored = validated_examples(decision, budget, splits.validation_size)
+    validation = splits.validation.take(scored).batch(EVAL_BATCH, drop_remainder=tpu)
     if cluster.multi_worker:  # the global batches of one device, split among the workers
         validation = distributed_input.shard_like_one_device(validation)
     keras.utils.set_random_seed(seed)
@@ -163,17 +170,11 @@ def run_fn(fn_args: FnArgs) -> None:
     if line := describe_precision(settings.precision, "trainer"):
         console.say(line)
     objective, direction = OBJECTIVES[data.task]
-    budget = trainer_budget(
-        fn_args.train_steps,
-        decision.examples if decision else None,
-        plan.global_batch,
-        config.get("train_budget") == BEST_TRIAL_BUDGET,
-    )
     updates = budget.updates
     if getattr(fn_args, "eval_steps", None):  # TFX's EvalArgs: said, not silently dropped
         console.say(
             f"[trainer] EvalArgs.num_steps={fn_args.eval_steps} is not used: validation runs "
-            f"on all {splits.validation_size:,} examples held out of the training split, and "
+            f"on {scored:,} examples held out of the training split, and "
             "the Evaluator scores the eval split"
         )
     steps_per_epoch = max(1, min(math.ceil(splits.train_size / plan.global_batch), updates))
@@ -213,7 +214,7 @@ def run_fn(fn_args: FnArgs) -> None:
     console.say(
         f"[trainer] {updates} optimizer updates at global batch {plan.global_batch} = "
         f"{updates * plan.global_batch:,} examples ({budget.reason}; {epochs} epochs of "
-        f"{splits.train_size:,}, validation on {splits.validation_size:,} held out; "
+        f"{splits.train_size:,}, validation on {_held_out(scored, splits.validation_size)}; "
         f"{strategy.num_replicas_in_sync} replica(s)"
         + (f" on {cluster.workers} workers" if cluster.multi_worker else "")
         + ")"
@@ -252,6 +253,26 @@ def run_fn(fn_args: FnArgs) -> None:
     if cluster.is_chief:
         backup.delete()  # finished: a later run with these inputs starts afresh
     cluster.clean_up()
+
+
+def validated_examples(decision, budget, validation_size: int) -> int:
+    """The held-out examples the Trainer validates on: those the best trial was scored
+    on when it trains the best trial's model (its budget), so that it reports the trial's
+    score on the same examples; every held-out example otherwise.
+
+    A search on a large split scores its trials on the first of them (``SearchSpace``'s
+    ``max_trial_examples``): validating on every one would read the whole training split
+    again, most of the Trainer's time at 2M rows (#31).
+    """
+    if decision is not None and decision.scored_examples and not budget.early_stopping:
+        return min(decision.scored_examples, validation_size)
+    return validation_size
+
+
+def _held_out(scored: int, validation_size: int) -> str:
+    if scored < validation_size:
+        return f"the first {scored:,} of {validation_size:,} held out, as the best trial was"
+    return f"{validation_size:,} held out"
 
 
 PATIENCE = 5  # epochs without improvement before early stopping (not the best trial's budget)

@@ -294,3 +294,26 @@ def test_capped_trials_are_scored_on_the_same_first_held_out_examples():
         hypermodel.fit(hp, model)
     del model.fit
     assert seen == [25]
+
+
+def test_a_trials_score_records_the_held_out_examples_it_is_on(tmp_path):
+    """With a capped budget the trials are scored on the first held-out examples; each
+    trial records how many (the Trainer validates the best trial's model on as many)."""
+    import dataclasses
+
+    from tfx_accum.components.settings import TRIAL_SCORED_ON
+
+    space = SearchSpace(
+        accumulation_steps_choices=(1,),
+        micro_batch_choices=(8,),
+        algorithm="random",
+        max_trials=1,
+        tuning_epochs=1,
+        max_trial_examples=160,  # scored on 40 of the 96 held-out examples
+    )
+    splits = dataclasses.replace(tiny_splits(), validation_size=96)
+    tuner = make_tuner(space, AccumulationHyperModel(space, splits, "mlp"), str(tmp_path))
+    tuner.search(epochs=1)
+    (trial,) = tuner.oracle.trials.values()
+    assert trial.metrics.get_last_value(TRIAL_SCORED_ON) == 40
+    assert tuner.get_best_hyperparameters()[0].values[TRIAL_SCORED_ON] == 40

@@ -48,3 +48,24 @@ def test_a_non_finite_loss_stops_training_at_once_with_one_line():
     assert "\n" not in message
     # In a search, a failed trial (Keras Tuner goes on with the next one).
     assert isinstance(raised.value, keras_tuner.errors.FailedTrialError)
+
+
+def test_the_best_trials_model_is_validated_on_the_examples_its_score_is_on():
+    """The Tuner records the held-out examples each score is on (the first 50,000 of a
+    large split); the Trainer training the best trial's budget validates on those, and on
+    every held-out example otherwise."""
+    from tfx_accum.components.search.search_policy import TrialRecord, TrainerChoice
+    from tfx_accum.components.search.search_policy import trainer_budget
+    from tfx_accum.components.settings import TunerDecision
+    from tfx_accum.components.training.trainer import validated_examples
+
+    values = {"accumulation_steps": 2, "micro_batch_size": 32, "learning_rate": 0.01}
+    best = TrialRecord("3", "COMPLETED", 0.9, values, examples=200_000, scored_examples=50_000)
+    decision = TunerDecision.from_config(TrainerChoice(best, best).values)
+    assert decision.scored_examples == 50_000
+    trial_budget = trainer_budget(300, decision.examples, 64, best_trials=True)
+    assert validated_examples(decision, trial_budget, 266_640) == 50_000
+    assert validated_examples(decision, trial_budget, 4_000) == 4_000  # a smaller split
+    asked = trainer_budget(300, decision.examples, 64, best_trials=False)  # --train-steps
+    assert validated_examples(decision, asked, 266_640) == 266_640
+    assert validated_examples(None, asked, 266_640) == 266_640

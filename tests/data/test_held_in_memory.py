@@ -1,0 +1,46 @@
+"""Examples held in memory (components/data/datasets.py: ``HeldInMemory``, ``stream_reads``):
+a shuffled stream over them yields what the stream over the whole split yields."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tfx_accum.components.data.datasets import HeldInMemory, batched, stream_reads
+
+ROWS = 12_000
+
+
+def _split() -> tf.data.Dataset:
+    """Unbatched ``(inputs, label)`` examples, as ``read_splits`` gives them."""
+    x = np.arange(ROWS * 3, dtype="float32").reshape(ROWS, 3)
+    return tf.data.Dataset.from_tensor_slices(({"numeric": x}, np.arange(ROWS) % 7))
+
+
+def _batches(dataset: tf.data.Dataset, batch: int, examples: int) -> list[np.ndarray]:
+    stream = batched(dataset, batch, shuffle_seed=42).take(math.ceil(examples / batch))
+    return [inputs["numeric"].numpy() for inputs, _ in stream]
+
+
+@pytest.mark.parametrize("batch", [64, 100])
+def test_a_stream_over_the_held_examples_is_the_stream_over_the_split(batch):
+    examples = math.ceil(5_000 / batch) * batch  # whole batches: what the stream yields
+    held = HeldInMemory.first(_split(), stream_reads(examples))
+    assert held.count == stream_reads(examples) < ROWS
+    assert held.nbytes == held.count * (3 * 4 + 8)
+    ours, streamed = _batches(held.dataset, batch, examples), _batches(_split(), batch, examples)
+    assert len(ours) == len(streamed)
+    for a, b in zip(ours, streamed):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_without_the_shuffle_buffer_the_last_examples_would_differ():
+    """Why ``stream_reads`` adds the buffer: holding only the examples a stream yields
+    changes the stream's end (the shuffle draws from a draining buffer)."""
+    examples = 5_000
+    short = HeldInMemory.first(_split(), examples)
+    ours, streamed = _batches(short.dataset, 100, examples), _batches(_split(), 100, examples)
+    assert any(not np.array_equal(a, b) for a, b in zip(ours, streamed))
