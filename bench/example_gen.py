@@ -126,7 +126,7 @@ def run(rows: int, features: int, work_dir: Path, skip_stock: bool) -> dict:
     data.mkdir()
     write_csv(data / "rows.csv", rows, features)
     size = (data / "rows.csv").stat().st_size
-    beam_args, why = local_beam_args(size, available_cpus())
+    beam_args, why = local_beam_args(size, available_cpus(), rows=rows)
     result = {"rows": rows, "columns": features + 1, "csv_mb": round(size / 2**20)}
     result["beam_args"], result["beam_why"] = beam_args, why
     for executor in ("streaming",) if skip_stock else ("streaming", "stock"):

@@ -18,7 +18,8 @@ typeless columns are encoded with numpy (a fixed layout per value); text columns
 columns with names of 100 bytes or more, by tfx_bsl's C++ ``tf.Example`` coder one column at
 a time (1.2 us a cell, and it orders a map's entries arbitrarily, so not for whole rows).
 The order of the records in a file differs (TFX's is a random shuffle), as the file names
-may (one shard per split here) and the gzip level. Configurations this does not cover
+may (chunks of rows go to a split's files in turn, up to :data:`MAX_SHARDS` files) and
+the gzip level. Configurations this does not cover
 (another payload or file format, a partition feature) run TFX's executor unchanged.
 """
 
@@ -51,6 +52,10 @@ CHUNK_ROWS = 32_768  # rows encoded at a time: bounds the memory
 BLOCK_BYTES = 8 * 2**20  # pyarrow's read block
 # gzip's fastest level: a quarter of level 6's CPU (Beam's, TFX's files) on float data, for
 # files about 15% larger; the records, and so what every reader gets, are the same.
+# Files per split at most. Beam reads a gzipped file in one piece, by one worker: a split in
+# one file is read by one worker whatever the workers (StatisticsGen, the Evaluator), so the
+# chunks of rows (each CHUNK_ROWS or one BLOCK_BYTES block at most) go to the files in turn.
+MAX_SHARDS = 16
 COMPRESSION = tf.io.TFRecordOptions(compression_type="GZIP", compression_level=1)
 # Cells whose type and value pyarrow parses as Python's int() and float() do; any other
 # cell is judged by tfx_bsl's own rule and, in a numeric column, converted by Python.
@@ -292,10 +297,43 @@ def examples(paths: list[str]) -> Iterator[list[bytes]]:
             )
 
 
-def _split_path(output: list[Any], split: str) -> str:
-    directory = artifact_utils.get_split_uri(output, split)
-    fileio.makedirs(directory)
-    return os.path.join(directory, f"{write_split.DEFAULT_FILE_NAME}-00000-of-00001.gz")
+class _ShardedSplits:
+    """Each split's files, opened as chunks of rows arrive and named ``-of-N`` when closed.
+
+    Chunk ``c`` of a split goes to its file ``c % MAX_SHARDS``: a small input stays one
+    file per split, a large one is spread over :data:`MAX_SHARDS`.
+    """
+
+    def __init__(self, output: list[Any], split_names: list[str]):
+        self.directories = [artifact_utils.get_split_uri(output, name) for name in split_names]
+        self.writers: list[list[Any]] = [[] for _ in split_names]
+        for directory in self.directories:
+            fileio.makedirs(directory)
+
+    def _path(self, split: int, shard: int, shards: int | None = None) -> str:
+        name = f"{write_split.DEFAULT_FILE_NAME}-{shard:05d}"
+        name += f"-of-{shards:05d}.gz" if shards else ".gz.partial"
+        return os.path.join(self.directories[split], name)
+
+    def writer(self, split: int, chunk: int) -> Any:
+        files = self.writers[split]
+        shard = chunk % MAX_SHARDS
+        if shard == len(files):
+            files.append(tf.io.TFRecordWriter(self._path(split, shard), options=COMPRESSION))
+        return files[shard]
+
+    def close(self, complete: bool) -> None:
+        """Closes every file; if ``complete``, names them (a split with no rows, one empty file)."""
+        for split, files in enumerate(self.writers):
+            for writer in files:
+                writer.close()
+            if not complete:
+                continue
+            if not files:
+                self.writer(split, 0).close()
+            for shard in range(len(files)):
+                final = self._path(split, shard, len(files))
+                fileio.rename(self._path(split, shard), final, overwrite=True)
 
 
 def _write(writers: list[Any], records: list[bytes], index: np.ndarray | None) -> None:
@@ -316,9 +354,6 @@ def write_examples(
     is encoded; at most two chunks are in memory.
     """
     split_names = utils.generate_output_split_names(input_config, output_config)
-    writers = [
-        tf.io.TFRecordWriter(_split_path(output, name), options=COMPRESSION) for name in split_names
-    ]
     counts = np.zeros(len(split_names), np.int64)
     hash_splits = output_config.split_config.splits
     if hash_splits:
@@ -327,26 +362,32 @@ def write_examples(
         jobs = [(None, _matching(input_base, split.pattern))]
     else:
         jobs = [(n, _matching(input_base, s.pattern)) for n, s in enumerate(input_config.splits)]
+    files = _ShardedSplits(output, split_names)
+    chunks = np.zeros(len(split_names), np.int64)  # each split's chunks so far
+    complete = False
     try:
         with ThreadPoolExecutor(1) as pool:
             pending = None
-            for target, paths in jobs:
-                for records in examples(paths):
+            for target, inputs in jobs:
+                for records in examples(inputs):
                     if target is None:
                         index = split_indices(records, buckets)
                         counts += np.bincount(index, minlength=len(split_names))
-                        chosen, split = writers, index
+                        chosen = [files.writer(n, int(chunks[0])) for n in range(len(split_names))]
+                        chunks += 1
+                        split = index
                     else:
                         counts[target] += len(records)
-                        chosen, split = [writers[target]], None
+                        chosen, split = [files.writer(target, int(chunks[target]))], None
+                        chunks[target] += 1
                     if pending is not None:
                         pending.result()
                     pending = pool.submit(_write, chosen, records, split)
             if pending is not None:
                 pending.result()
+        complete = True
     finally:
-        for writer in writers:
-            writer.close()
+        files.close(complete)
     return dict(zip(split_names, counts.tolist()))
 
 

@@ -24,6 +24,7 @@ memory does not grow with the data. A smaller split is cached, parsed, in blocks
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import time
@@ -133,13 +134,22 @@ def _pruned(schema: schema_pb2.Schema, names: set[str]) -> schema_pb2.Schema:
 
 
 def _parsed(fn_args, files: list[str], schema: schema_pb2.Schema) -> tf.data.Dataset:
-    """``fn_args.data_accessor``'s batches of parsed examples, in file order, once."""
+    """``fn_args.data_accessor``'s batches of parsed examples, once, one file after another.
+
+    Given several files, TFXIO interleaves them one record at a time over as many files as
+    the machine has CPUs (``tf.data``'s AUTOTUNE cycle length): the order would depend on
+    the machine, and a Trainer pod with other CPUs than the Tuner's would not train the
+    best trial's model. Read one file at a time (``files`` sorted), the order is the same
+    everywhere.
+    """
     from tfx_bsl.public import tfxio
 
     options = tfxio.TensorFlowDatasetOptions(
         batch_size=_READ_BATCH, shuffle=False, num_epochs=1, drop_final_batch=False
     )
-    return fn_args.data_accessor.tf_dataset_factory(files, options, schema)
+    paths = _files(files) or files
+    datasets = [fn_args.data_accessor.tf_dataset_factory([path], options, schema) for path in paths]
+    return functools.reduce(tf.data.Dataset.concatenate, datasets)
 
 
 def _sample(fn_args, schema: schema_pb2.Schema) -> dict[str, list[bytes]]:

@@ -3,8 +3,12 @@
 Starting Beam's worker processes costs more than the work on a small input (the 1,797
 digits: CsvExampleGen 11.4 s in ``multi_processing`` mode vs 3.4 s ``in_memory``), while a
 large input needs the workers. The local runner therefore picks the DirectRunner's mode
-from the input size; ``--beam-pipeline-args`` replaces the choice entirely (for example
-``--runner=DataflowRunner ...``).
+from the input's size in bytes *and* in rows: a narrow table is small in bytes but the
+Evaluator's and StatisticsGen's cost is per example (2M rows x 4 columns, 44 MB: the
+Evaluator on its 667k rows took 101 s on one worker, 69 s on two). The workers read the
+split's files in parallel, so ExampleGen writes a large input in several files
+(``components/data/csv_examples.py``). ``--beam-pipeline-args`` replaces the choice
+entirely (for example ``--runner=DataflowRunner ...``).
 
 Every Beam component's executor also packages TFX itself as an sdist for remote workers
 (``tfx/utils/dependency_utils.py``: a ``setup.py sdist`` subprocess, 1-1.5 s per component
@@ -16,8 +20,9 @@ reads it: its workers are this interpreter, in this process (``in_memory``) or a
 Example:
 
 ```python
-args, why = local_beam_args(input_bytes=300_000, cpus=2)
-# (["--direct_running_mode=in_memory", "--direct_num_workers=1"], "input 0.3 MiB < 64 MiB")
+args, why = local_beam_args(input_bytes=300_000, cpus=2, rows=1_797)
+# (["--direct_running_mode=in_memory", "--direct_num_workers=1"],
+#  "input 0.3 MiB < 64 MiB and 1,797 rows < 200,000")
 ```
 """
 
@@ -31,9 +36,12 @@ from collections.abc import Sequence
 
 from tfx_accum.pipeline.errors import InputError
 
-# Below this, one in-process worker is fastest; above, one worker per BYTES_PER_WORKER.
+# Below both, one in-process worker is fastest; above either, one worker per
+# BYTES_PER_WORKER or ROWS_PER_WORKER, whichever asks for more.
 SMALL_INPUT_BYTES = 64 * 2**20
 BYTES_PER_WORKER = 128 * 2**20
+SMALL_INPUT_ROWS = 200_000
+ROWS_PER_WORKER = 500_000
 
 
 def available_cpus() -> int:
@@ -44,20 +52,23 @@ def available_cpus() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def local_beam_args(input_bytes: int, cpus: int) -> tuple[list[str], str]:
-    """The DirectRunner's mode and worker count for an input of ``input_bytes``."""
+def local_beam_args(input_bytes: int, cpus: int, rows: int = 0) -> tuple[list[str], str]:
+    """The DirectRunner's mode and worker count for an input of ``input_bytes`` and ``rows``."""
     mib = input_bytes / 2**20
-    if input_bytes < SMALL_INPUT_BYTES or cpus < 2:
+    small = input_bytes < SMALL_INPUT_BYTES and rows < SMALL_INPUT_ROWS
+    if small or cpus < 2:
         reason = (
-            f"input {mib:.1f} MiB < {SMALL_INPUT_BYTES // 2**20} MiB"
-            if input_bytes < SMALL_INPUT_BYTES
+            f"input {mib:.1f} MiB < {SMALL_INPUT_BYTES // 2**20} MiB and "
+            f"{rows:,} rows < {SMALL_INPUT_ROWS:,}"
+            if small
             else "one CPU"
         )
         return ["--direct_running_mode=in_memory", "--direct_num_workers=1"], reason
-    workers = max(2, min(cpus, -(-input_bytes // BYTES_PER_WORKER)))
+    wanted = max(-(-input_bytes // BYTES_PER_WORKER), -(-rows // ROWS_PER_WORKER))
+    workers = max(2, min(cpus, wanted))
     return (
         ["--direct_running_mode=multi_processing", f"--direct_num_workers={workers}"],
-        f"input {mib:.0f} MiB, {cpus} CPUs",
+        f"input {mib:.0f} MiB, {rows:,} rows, {cpus} CPUs",
     )
 
 

@@ -174,7 +174,7 @@ def run_local(
 
     if pipeline_settings.get("beam_pipeline_args") is None:
         input_bytes = sum(os.path.getsize(f) for f in summary.files)
-        beam_args, why = local_beam_args(input_bytes, available_cpus())
+        beam_args, why = local_beam_args(input_bytes, available_cpus(), rows=summary.rows)
         pipeline_settings["beam_pipeline_args"] = beam_args
         console.say(f"[pipeline] Beam: {' '.join(beam_args)} ({why})")
     else:

@@ -145,3 +145,18 @@ def test_the_output_is_gzipped_tfrecords(data, tmp_path):
     with gzip.open(path) as handle:
         (length,) = struct.unpack("<Q", handle.read(8))
     assert length > 0
+
+
+def test_a_large_input_is_written_in_several_files_per_split(data, tmp_path, monkeypatch):
+    """Chunks of rows go to a split's files in turn, up to MAX_SHARDS (Beam reads a gzipped
+    file whole, by one worker): the same examples per split as in one file, in every file."""
+    whole = _run(csv_examples.Executor, data, tmp_path / "one")
+    monkeypatch.setattr(csv_examples, "CHUNK_ROWS", 40)  # 400+ rows: 10+ chunks
+    monkeypatch.setattr(csv_examples, "MAX_SHARDS", 4)
+    sharded = _run(csv_examples.Executor, data, tmp_path / "many")
+    assert sharded == whole
+    for split in ("train", "eval"):
+        files = sorted((tmp_path / "many" / f"Split-{split}").iterdir())
+        assert [f.name for f in files] == [f"data_tfrecord-{i:05d}-of-00004.gz" for i in range(4)]
+        sizes = [sum(1 for _ in tf.data.TFRecordDataset(str(f), "GZIP")) for f in files]
+        assert min(sizes) > 0

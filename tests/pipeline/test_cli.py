@@ -134,6 +134,11 @@ def test_beam_arguments_follow_the_input_size_and_the_pod():
     assert big == ["--direct_running_mode=multi_processing", "--direct_num_workers=8"]
     medium, _ = local_beam_args(200 * 2**20, cpus=8)
     assert medium[1] == "--direct_num_workers=2"
+    # A narrow table: small in bytes, but the Evaluator's and StatisticsGen's cost is per row.
+    narrow, _ = local_beam_args(44 * 2**20, cpus=2, rows=2_000_000)
+    assert narrow == ["--direct_running_mode=multi_processing", "--direct_num_workers=2"]
+    assert local_beam_args(44 * 2**20, cpus=8, rows=2_000_000)[0][1] == "--direct_num_workers=4"
+    assert local_beam_args(4 * 2**20, cpus=8, rows=150_000)[0] == small
     assert pod_beam_args(2.0) == [
         "--direct_running_mode=multi_processing",
         "--direct_num_workers=2",
