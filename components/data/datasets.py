@@ -136,11 +136,11 @@ def _pruned(schema: schema_pb2.Schema, names: set[str]) -> schema_pb2.Schema:
 def _parsed(fn_args, files: list[str], schema: schema_pb2.Schema) -> tf.data.Dataset:
     """``fn_args.data_accessor``'s batches of parsed examples, once, one file after another.
 
-    Given several files, TFXIO interleaves them one record at a time over as many files as
-    the machine has CPUs (``tf.data``'s AUTOTUNE cycle length): the order would depend on
-    the machine, and a Trainer pod with other CPUs than the Tuner's would not train the
-    best trial's model. Read one file at a time (``files`` sorted), the order is the same
-    everywhere.
+    Given several files, TFXIO interleaves them one record at a time, ceil(CPUs / 2) files
+    at once (``tf.data``'s AUTOTUNE cycle length): the order would depend on the machine
+    (one file at a time on 2 CPUs, two on 4), and a Trainer pod with other CPUs than the
+    Tuner's would not train the best trial's model. Read one file at a time (``files``
+    sorted), the order is the same everywhere (tests/data/test_parsed_order.py).
     """
     from tfx_bsl.public import tfxio
 
