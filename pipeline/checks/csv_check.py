@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from tfx_accum.components.data.feature_kinds import MAX_VOCABULARY, NUMERIC, STRING
+from tfx_accum.pipeline.checks.csv_numeric import numeric_summary
 from tfx_accum.pipeline.checks.data import CSV, DataError, DataSummary
 from tfx_accum.pipeline.checks.data_files import example_gen_files
 
@@ -183,8 +184,32 @@ def _unreadable(path: Path, line: int, error: csv.Error) -> str:
     return f"{path}, line {line}: {text}; CsvExampleGen's CSV parser cannot read it."
 
 
+def _checked_header(files: list[Path], label_key: str) -> list[str]:
+    """The files' one header, with the label; DataError naming the file otherwise."""
+    columns: list[str] | None = None
+    for path in files:
+        with _rows(path) as reader:
+            header = next(reader, None)
+        if not header:
+            raise DataError(f"{path} is empty: a header row is required.")
+        _check_header(path, header)
+        if label_key not in header:
+            raise DataError(
+                f"{path} has no label column {label_key!r} (columns: "
+                f"{', '.join(header[:8])}{'...' if len(header) > 8 else ''}). Add it, or "
+                "name the label column with --label-key."
+            )
+        columns = columns or header
+        _check_same_columns(path, header, files[0], columns)
+    return columns
+
+
 def validate_csv_dir(data_root: str, label_key: str) -> DataSummary:
-    """Checks a CSV directory; raises DataError naming the file, line and column."""
+    """Checks a CSV directory; raises DataError naming the file, line and column.
+
+    A table of plain numbers is read by pyarrow (:mod:`~tfx_accum.pipeline.checks.csv_numeric`,
+    the same summary); any other cell by cell, here.
+    """
     files = example_gen_files(data_root, CSV)
     for path in files:
         if not path.is_file():
@@ -197,7 +222,10 @@ def validate_csv_dir(data_root: str, label_key: str) -> DataSummary:
             f"Data root {data_root!r} holds no .csv file. Put one or more CSV "
             f"files with a header row and a {label_key!r} column there."
         )
-    columns: list[str] | None = None
+    columns = _checked_header(files, label_key)
+    summary = numeric_summary(files, columns, label_key)
+    if summary is not None:
+        return summary
     tracked: list[_Column] = []
     rows = 0
     labels: dict[str, tuple[str, int]] = {}  # label value -> where it was first seen
@@ -205,20 +233,9 @@ def validate_csv_dir(data_root: str, label_key: str) -> DataSummary:
     label_counts: dict[str, int] = {}
     for path in files:
         with _rows(path) as reader:
-            header = next(reader, None)
-            if not header:
-                raise DataError(f"{path} is empty: a header row is required.")
-            _check_header(path, header)
-            if label_key not in header:
-                raise DataError(
-                    f"{path} has no label column {label_key!r} (columns: "
-                    f"{', '.join(header[:8])}{'...' if len(header) > 8 else ''}). Add it, or "
-                    "name the label column with --label-key."
-                )
-            if columns is None:
-                columns = header
+            header = next(reader)  # checked above
+            if not tracked:
                 tracked = [_Column(name) for name in header]
-            _check_same_columns(path, header, files[0], columns)
             label_index = header.index(label_key)
             for line_no, row in enumerate(reader, start=2):
                 if not row:
