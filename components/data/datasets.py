@@ -82,6 +82,9 @@ class Splits:
     train_size: int
     preprocessor: Preprocessor
     validation_size: int = 0
+    # The split's preprocessed batches in order, before the hold-out: what
+    # :func:`held_parts` reads both parts' prefixes from in one pass.
+    blocks: tf.data.Dataset | None = None
 
 
 def split_statistics(
@@ -231,7 +234,13 @@ def read_splits(fn_args, data: DataDescription) -> Splits:
         return held.map(tf.autograph.experimental.do_not_convert(lambda _, example: example))
 
     return Splits(
-        part(False), part(True), data, training_examples(data), preprocessor, validation_size
+        part(False),
+        part(True),
+        data,
+        training_examples(data),
+        preprocessor,
+        validation_size,
+        blocks=blocks,
     )
 
 
@@ -263,6 +272,40 @@ class HeldInMemory:
         nbytes = sum(a.nbytes for a in tf.nest.flatten(held))
         count = len(tf.nest.flatten(held)[0])
         return cls(tf.data.Dataset.from_tensor_slices(held), count, nbytes)
+
+
+def held_parts(splits: Splits, train: int, validation: int) -> tuple[HeldInMemory, HeldInMemory]:
+    """``HeldInMemory.first(splits.train, train)`` and ``.first(splits.validation,
+    validation)``, from one pass over the split's first examples, held out with numpy.
+
+    The two reads each went through the split's first examples one example at a time
+    (``unbatch``, ``filter``): 7.8 s for 206k training and 50k held-out examples.
+    """
+    every = VALIDATION_EVERY
+
+    def index(count: int, held_out: bool) -> int:  # the split's index of a part's example
+        return count * every + every - 1 if held_out else count + count // (every - 1)
+
+    needed = (
+        max(index(train - 1, False), index(validation - 1, True)) + 1 if train or validation else 0
+    )
+    blocks, rows = [], 0
+    for block in splits.blocks or ():
+        if rows >= needed:
+            break
+        blocks.append(tf.nest.map_structure(lambda t: t.numpy(), block))
+        rows += len(tf.nest.flatten(blocks[-1])[0])
+    joined = tf.nest.map_structure(lambda *parts: np.concatenate(parts)[:needed], *blocks)
+    held_out = np.arange(min(rows, needed)) % every == every - 1
+
+    def held(mask: np.ndarray, count: int) -> HeldInMemory:
+        part = tf.nest.map_structure(lambda a: a[mask][:count], joined)
+        flat = tf.nest.flatten(part)
+        return HeldInMemory(
+            tf.data.Dataset.from_tensor_slices(part), len(flat[0]), sum(a.nbytes for a in flat)
+        )
+
+    return held(~held_out, train), held(held_out, validation)
 
 
 def fits_in_memory(count: int, data: DataDescription) -> bool:

@@ -33,6 +33,7 @@ from tfx_accum.components.data.datasets import (
     Splits,
     batched,
     fits_in_memory,
+    held_parts,
     stream_reads,
 )
 from tfx_accum.components.data.features import DataDescription
@@ -226,20 +227,18 @@ class AccumulationHyperModel(keras_tuner.HyperModel):
             reads = min(stream_reads(largest), splits.train_size)
             scored = budget.ranking_examples or splits.validation_size
             start = time.monotonic()
-            train = (
-                HeldInMemory.first(splits.train, reads)
-                if 0 < reads and fits_in_memory(reads, splits.data)
-                else None
-            )
-            held_out = splits.validation
-            if budget.ranking_examples is not None:
-                held_out = held_out.take(budget.ranking_examples)
-            validation = (
-                HeldInMemory.first(held_out, scored)
-                if 0 < scored and fits_in_memory(scored, splits.data)
-                else None
-            )
-            self._held = (train, validation)
+            hold_train = 0 < reads and fits_in_memory(reads, splits.data)
+            hold_scored = 0 < scored and fits_in_memory(scored, splits.data)
+            if hold_train and hold_scored and splits.blocks is not None:
+                self._held = held_parts(splits, reads, scored)  # one pass reads both
+            else:
+                held_out = splits.validation
+                if budget.ranking_examples is not None:
+                    held_out = held_out.take(budget.ranking_examples)
+                self._held = (
+                    HeldInMemory.first(splits.train, reads) if hold_train else None,
+                    HeldInMemory.first(held_out, scored) if hold_scored else None,
+                )
             kept = [h for h in self._held if h is not None]
             if kept:
                 console.say(

@@ -4,12 +4,19 @@ a shuffled stream over them yields what the stream over the whole split yields."
 from __future__ import annotations
 
 import math
+import types
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from tfx_accum.components.data.datasets import HeldInMemory, batched, stream_reads
+from tfx_accum.components.data.datasets import (
+    VALIDATION_EVERY,
+    HeldInMemory,
+    batched,
+    held_parts,
+    stream_reads,
+)
 
 ROWS = 12_000
 
@@ -44,3 +51,22 @@ def test_without_the_shuffle_buffer_the_last_examples_would_differ():
     short = HeldInMemory.first(_split(), examples)
     ours, streamed = _batches(short.dataset, 100, examples), _batches(_split(), 100, examples)
     assert any(not np.array_equal(a, b) for a, b in zip(ours, streamed))
+
+
+@pytest.mark.parametrize("train,validation", [(5_000, 1_000), (100, 2_000), (ROWS, ROWS)])
+def test_both_parts_are_read_in_one_pass_as_the_split_holds_them_out(train, validation):
+    """``held_parts``: the first training and held-out examples (every VALIDATION_EVERY-th
+    example of the split is held out), in order, as the two parts' own streams give them."""
+    x = np.arange(ROWS * 3, dtype="float32").reshape(ROWS, 3)
+    y = np.arange(ROWS) % 7
+    splits = types.SimpleNamespace(blocks=_split().batch(256))
+    train_held, validation_held = held_parts(splits, train, validation)
+    held_out = np.arange(ROWS) % VALIDATION_EVERY == VALIDATION_EVERY - 1
+    for held, mask, count in (
+        (train_held, ~held_out, train),
+        (validation_held, held_out, validation),
+    ):
+        inputs, labels = next(iter(held.dataset.batch(ROWS)))
+        np.testing.assert_array_equal(inputs["numeric"].numpy(), x[mask][:count])
+        np.testing.assert_array_equal(labels.numpy(), y[mask][:count])
+        assert held.count == len(x[mask][:count])
