@@ -147,7 +147,9 @@ def _shape(text: str) -> tuple[int, int]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.scale", description=__doc__)
-    parser.add_argument("--shapes", nargs="+", default=list(DEFAULT_SHAPES), type=_shape)
+    parser.add_argument(
+        "--shapes", nargs="+", default=[_shape(s) for s in DEFAULT_SHAPES], type=_shape
+    )
     parser.add_argument("--output", type=Path, default=ROOT / "bench" / "results")
     args = parser.parse_args(argv)
     results = []

@@ -349,7 +349,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_beam_option(
         run,
-        "DirectRunner in-memory below 64 MiB of input, else one worker per 128 MiB up to the CPUs",
+        "DirectRunner in-memory below 64 MiB and 200,000 rows of input, else one worker per "
+        "128 MiB or 500,000 rows up to the CPUs",
     )
     _add_model_options(run)
     _add_search_options(run)
