@@ -18,8 +18,8 @@ typeless columns are encoded with numpy (a fixed layout per value); text columns
 columns with names of 100 bytes or more, by tfx_bsl's C++ ``tf.Example`` coder one column at
 a time (1.2 us a cell, and it orders a map's entries arbitrarily, so not for whole rows).
 The order of the records in a file differs (TFX's is a random shuffle), as the file names
-may (chunks of rows go to a split's files in turn, up to :data:`MAX_SHARDS` files) and
-the gzip level. Configurations this does not cover
+may (a large input is spread over up to :data:`MAX_SHARDS` files per split) and the gzip
+level. Configurations this does not cover
 (another payload or file format, a partition feature) run TFX's executor unchanged.
 """
 
@@ -52,9 +52,11 @@ CHUNK_ROWS = 32_768  # rows encoded at a time: bounds the memory
 BLOCK_BYTES = 8 * 2**20  # pyarrow's read block
 # gzip's fastest level: a quarter of level 6's CPU (Beam's, TFX's files) on float data, for
 # files about 15% larger; the records, and so what every reader gets, are the same.
-# Files per split at most. Beam reads a gzipped file in one piece, by one worker: a split in
-# one file is read by one worker whatever the workers (StatisticsGen, the Evaluator), so the
-# chunks of rows (each CHUNK_ROWS or one BLOCK_BYTES block at most) go to the files in turn.
+# Beam reads a gzipped file in one piece, by one worker: a split in one file is read by one
+# worker whatever the workers (StatisticsGen, the Evaluator). So each SHARD_ROWS rows of
+# input go to a split's next file, up to MAX_SHARDS files (then the first again). Not
+# fewer rows a file: every file costs each reader its set-up (for 5,000 columns, seconds).
+SHARD_ROWS = 65_536
 MAX_SHARDS = 16
 COMPRESSION = tf.io.TFRecordOptions(compression_type="GZIP", compression_level=1)
 # Cells whose type and value pyarrow parses as Python's int() and float() do; any other
@@ -298,10 +300,12 @@ def examples(paths: list[str]) -> Iterator[list[bytes]]:
 
 
 class _ShardedSplits:
-    """Each split's files, opened as chunks of rows arrive and named ``-of-N`` when closed.
+    """Each split's files, opened as rows arrive and named ``-of-N`` when closed.
 
-    Chunk ``c`` of a split goes to its file ``c % MAX_SHARDS``: a small input stays one
-    file per split, a large one is spread over :data:`MAX_SHARDS`.
+    A chunk of rows whose first row is the input's (or the split's input's) row ``r`` goes
+    to the split's file ``r // SHARD_ROWS % MAX_SHARDS``: an input of fewer than
+    :data:`SHARD_ROWS` rows stays one file per split, a large one is spread over
+    :data:`MAX_SHARDS`.
     """
 
     def __init__(self, output: list[Any], split_names: list[str]):
@@ -315,11 +319,12 @@ class _ShardedSplits:
         name += f"-of-{shards:05d}.gz" if shards else ".gz.partial"
         return os.path.join(self.directories[split], name)
 
-    def writer(self, split: int, chunk: int) -> Any:
+    def writer(self, split: int, row: int) -> Any:
         files = self.writers[split]
-        shard = chunk % MAX_SHARDS
-        if shard == len(files):
-            files.append(tf.io.TFRecordWriter(self._path(split, shard), options=COMPRESSION))
+        shard = row // SHARD_ROWS % MAX_SHARDS
+        while shard >= len(files):
+            path = self._path(split, len(files))
+            files.append(tf.io.TFRecordWriter(path, options=COMPRESSION))
         return files[shard]
 
     def close(self, complete: bool) -> None:
@@ -363,7 +368,7 @@ def write_examples(
     else:
         jobs = [(n, _matching(input_base, s.pattern)) for n, s in enumerate(input_config.splits)]
     files = _ShardedSplits(output, split_names)
-    chunks = np.zeros(len(split_names), np.int64)  # each split's chunks so far
+    rows = np.zeros(len(split_names), np.int64)  # input rows read so far, per split's input
     complete = False
     try:
         with ThreadPoolExecutor(1) as pool:
@@ -373,13 +378,13 @@ def write_examples(
                     if target is None:
                         index = split_indices(records, buckets)
                         counts += np.bincount(index, minlength=len(split_names))
-                        chosen = [files.writer(n, int(chunks[0])) for n in range(len(split_names))]
-                        chunks += 1
+                        chosen = [files.writer(n, int(rows[0])) for n in range(len(split_names))]
+                        rows += len(records)
                         split = index
                     else:
                         counts[target] += len(records)
-                        chosen, split = [files.writer(target, int(chunks[target]))], None
-                        chunks[target] += 1
+                        chosen, split = [files.writer(target, int(rows[target]))], None
+                        rows[target] += len(records)
                     if pending is not None:
                         pending.result()
                     pending = pool.submit(_write, chosen, records, split)

@@ -148,10 +148,12 @@ def test_the_output_is_gzipped_tfrecords(data, tmp_path):
 
 
 def test_a_large_input_is_written_in_several_files_per_split(data, tmp_path, monkeypatch):
-    """Chunks of rows go to a split's files in turn, up to MAX_SHARDS (Beam reads a gzipped
-    file whole, by one worker): the same examples per split as in one file, in every file."""
+    """Each SHARD_ROWS rows go to a split's next file, up to MAX_SHARDS (Beam reads a
+    gzipped file whole, by one worker): the same examples per split as in one file, in
+    every file; an input of fewer rows stays one file (the first test)."""
     whole = _run(csv_examples.Executor, data, tmp_path / "one")
     monkeypatch.setattr(csv_examples, "CHUNK_ROWS", 40)  # 400+ rows: 10+ chunks
+    monkeypatch.setattr(csv_examples, "SHARD_ROWS", 80)  # two chunks a file
     monkeypatch.setattr(csv_examples, "MAX_SHARDS", 4)
     sharded = _run(csv_examples.Executor, data, tmp_path / "many")
     assert sharded == whole

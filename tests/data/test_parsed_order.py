@@ -2,10 +2,10 @@
 ``_parsed``): the examples' order, and so each trial's and the Trainer's batches, does not
 depend on how many CPUs the reading machine has.
 
-TFXIO interleaves a pattern's files with ``tf.data``'s AUTOTUNE cycle length, which
-TensorFlow sets to ceil(CPUs / 2): one file at a time on this 2-CPU machine, two at a time
-on a 4-CPU Trainer pod. The second case is emulated with TFXIO's own reader at cycle
-length 2."""
+TFXIO interleaves a pattern's files ``reader_num_threads`` at a time; at its default,
+AUTOTUNE, TensorFlow makes that ceil(CPUs / 2): one file at a time on this 2-CPU machine,
+two at a time on a 4-CPU Trainer pod. The second case is emulated by a reader that
+follows the same rule for 4 CPUs."""
 
 from __future__ import annotations
 
@@ -41,10 +41,13 @@ def _split(tmp_path) -> tuple[str, standard_artifacts.Examples]:
 
 
 def _four_cpu_factory(patterns, options, schema):
-    """TFXIO's reading as on a 4-CPU machine: files interleaved two at a time."""
+    """TFXIO's reading as on a 4-CPU machine: ``options.reader_num_threads`` files at a
+    time, or ceil(4 / 2) = 2 where it is AUTOTUNE (TFXIO's default)."""
+    threads = options.reader_num_threads
+    cycle = 2 if threads == tf.data.AUTOTUNE else min(threads, 4)
     files = tf.data.Dataset.from_tensor_slices(sorted(tf.io.gfile.glob(patterns)))
     records = files.interleave(
-        lambda f: tf.data.TFRecordDataset(f, "GZIP"), cycle_length=2, num_parallel_calls=2
+        lambda f: tf.data.TFRecordDataset(f, "GZIP"), cycle_length=cycle, num_parallel_calls=cycle
     )
     spec = {"i": tf.io.FixedLenFeature([1], tf.int64)}
     return records.batch(options.batch_size).map(lambda r: tf.io.parse_example(r, spec))
