@@ -49,7 +49,7 @@ def headline() -> str:
         (s["model"], s["jit_compile"]): s["ratio"]["plain_big"]["median"] for s in bench["speed"]
     }
     dense = [i for i in images if i["effective_batch"] == images[0]["effective_batch"]]
-    big = next(s for s in scale if s["columns"] <= 4)
+    big = max((s for s in scale if s["columns"] <= 4), key=lambda s: s["rows"])
     default = pipeline["runs"]["default"]
     distinct = next(d for d in search["distinct"] if d["max_trials"] == 8)
     memory = "; ".join(
