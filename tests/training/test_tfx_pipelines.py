@@ -152,5 +152,6 @@ def test_tfxs_train_and_eval_args_keep_their_meaning_or_are_said(stock_run):
     _, root, stdout = stock_run
     assert "[trainer] 100 optimizer updates at global batch" in stdout
     assert "(TrainArgs.num_steps (--train-steps), with early stopping;" in stdout
-    assert "[trainer] EvalArgs.num_steps=5 is not used: validation runs on all" in stdout
+    assert "[trainer] EvalArgs.num_steps=5 is not used: validation runs on " in stdout
+    assert "examples held out of the training split, and the Evaluator scores" in stdout
     assert "[tuner] statistics: computed by TFDV over the examples" in stdout
