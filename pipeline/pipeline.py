@@ -49,6 +49,8 @@ from tfx_accum.pipeline.local.beam import pod_beam_args, without_tfx_sdist
 
 TUNER_FN = "tfx_accum.components.search.tuner.tuner_fn"
 RUN_FN = "tfx_accum.components.training.trainer.run_fn"
+# The Evaluator's custom_extractors: TFMA on only the columns the evaluation reads.
+EVALUATOR_MODULE = "tfx_accum.pipeline.evaluator_inputs"
 
 
 def example_gen_component(data_root: str, data_format: str):
@@ -207,6 +209,7 @@ def create_pipeline(
         bless_metric=blessing.metric,
         examples=example_gen.outputs["examples"],
         model=trainer.outputs["model"],
+        module_path=EVALUATOR_MODULE,
         eval_config=eval_config(
             blessing.task, label_key, model_settings.num_classes, blessing.metric, bless_threshold
         ),
