@@ -39,10 +39,10 @@ from tfx_accum.components.accumulation.distributed_input import same_stream_for_
 from tfx_accum.components.data.features import (
     DataDescription,
     Preprocessor,
-    dense_raw,
     describe,
     say_near_constant,
 )
+from tfx_accum.components.data.raw_features import dense_raw
 from tfx_accum.components.data.statistics import SplitStatistics
 from tfx_accum.components.data.transform import transform_output_path, transformed_schema
 from tfx_accum.components.settings import ModelSettings, is_model_function

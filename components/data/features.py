@@ -41,6 +41,9 @@ Example::
     data.features[0].kind          # "numeric", "categorical", "string" or "image"
     inputs = Preprocessor(data)(parse_raw(serialized, data))
 
+The raw tensors themselves (``parse_raw``, ``dense_raw``) come from
+components/data/raw_features.py.
+
 Size (over 500 lines): the description and the in-model preprocessing are one contract (the
 serving signature takes what ``describe`` names); split, each half would restate the other.
 """
@@ -68,6 +71,7 @@ from tfx_accum.components.data.feature_kinds import (
     STRING,
     is_image,
 )
+from tfx_accum.components.data.raw_features import raw_spec
 from tfx_accum.components.data.statistics import SplitStatistics
 from tfx_accum.components.data.tasks import REGRESSION, LabelFacts, infer_task, is_classification
 from tfx_accum.components.settings import ModelSettings, is_model_function
@@ -406,78 +410,6 @@ def first_bytes_values(records: tf.data.Dataset, schema: schema_pb2.Schema, rows
         for name in names:
             sample[name] = [v for v in parsed[name].flat_values.numpy().tolist() if v]
     return sample
-
-
-def raw_spec(names_and_dtypes: dict[str, str]) -> dict[str, tf.io.RaggedFeature]:
-    """A parse spec that accepts a feature with zero or more values (missing is allowed)."""
-    return {
-        name: tf.io.RaggedFeature(tf.as_dtype(dtype), row_splits_dtype=tf.int64)
-        for name, dtype in names_and_dtypes.items()
-    }
-
-
-def _label_dtype(data: DataDescription) -> str:
-    if data.label_vocabulary:
-        return "string"
-    return data.label_raw_dtype if data.label_raw_dtype != "string" else "int64"
-
-
-def _first_value(column, fill) -> tf.Tensor:
-    """Each example's first value, ``(batch, 1)``, ``fill`` where it has none, whatever
-    form a parser gave (dense, sparse or ragged)."""
-    if isinstance(column, tf.SparseTensor):
-        column = tf.RaggedTensor.from_sparse(column)
-    if isinstance(column, tf.RaggedTensor):
-        return column.to_tensor(default_value=fill, shape=[None, 1])
-    column = tf.convert_to_tensor(column)
-    if column.shape.rank == 1:
-        column = column[:, None]
-    return column[:, :1]
-
-
-def dense_raw(parsed: dict[str, Any], data: DataDescription, with_label: bool = False):
-    """Parsed features (``tf.io.parse_example``'s ragged, or TFXIO's dense and sparse
-    tensors) to dense raw tensors: ``(batch, 1)`` numbers (NaN where missing), category
-    integers (-1 where missing) and strings ("" where missing); ``(batch,)`` image bytes;
-    with ``with_label``, the raw label ``(batch,)`` under ``data.label_key``."""
-    raw = {}
-    for feature in data.features:
-        column = parsed[feature.name]
-        if feature.kind == NUMERIC:
-            if isinstance(column, tf.SparseTensor | tf.RaggedTensor):
-                column = tf.cast(column, tf.float32)
-            else:
-                column = tf.cast(tf.convert_to_tensor(column), tf.float32)
-            raw[feature.name] = _first_value(column, np.nan)
-        elif feature.kind == CATEGORICAL:
-            raw[feature.name] = _first_value(column, tf.constant(-1, column.dtype))
-        elif feature.kind == STRING:
-            raw[feature.name] = _first_value(column, "")
-        else:
-            raw[feature.name] = _first_value(column, "")[:, 0]
-    if with_label:
-        label = parsed[data.label_key]
-        fill = "" if data.label_vocabulary else tf.constant(-1, label.dtype)
-        raw[data.label_key] = _first_value(label, fill)[:, 0]
-    return raw
-
-
-def parse_raw(
-    serialized: tf.Tensor, data: DataDescription, with_label: bool = False
-) -> dict[str, tf.Tensor]:
-    """Dense raw features of a batch of serialized examples (see :func:`dense_raw`)."""
-    dtypes = {f.name: f.raw_dtype for f in data.features}
-    if with_label:
-        dtypes[data.label_key] = _label_dtype(data)
-    return dense_raw(tf.io.parse_example(serialized, raw_spec(dtypes)), data, with_label)
-
-
-def parse_label(serialized: tf.Tensor, data: DataDescription) -> tf.Tensor:
-    """The raw label of each serialized example, ``(batch,)``."""
-    parsed = tf.io.parse_example(serialized, raw_spec({data.label_key: _label_dtype(data)}))
-    return dense_raw(parsed, dataclasses.replace(data, features=()), with_label=True)[
-        data.label_key
-    ]
 
 
 @keras.saving.register_keras_serializable("tfx_accum")

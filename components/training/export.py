@@ -25,9 +25,10 @@ import keras
 import tensorflow as tf
 
 from tfx_accum.components.data import transform
-from tfx_accum.components.data.features import DataDescription, Preprocessor, dense_raw
-from tfx_accum.components.data.features import parse_label as _parse_label
-from tfx_accum.components.data.features import parse_raw as _parse_raw
+from tfx_accum.components.data.features import DataDescription, Preprocessor
+from tfx_accum.components.data.raw_features import dense_raw
+from tfx_accum.components.data.raw_features import parse_label as _parse_label
+from tfx_accum.components.data.raw_features import parse_raw as _parse_raw
 from tfx_accum.components.data.tasks import PREDICTION_KEYS, SCORES_KEY
 
 SERVING_SIGNATURE = "serving_default"

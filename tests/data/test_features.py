@@ -11,8 +11,8 @@ from tfx_accum.components.data.features import (
     CATEGORY_BINS,
     Preprocessor,
     describe,
-    parse_raw,
 )
+from tfx_accum.components.data.raw_features import parse_raw
 from tfx_accum.components.data.statistics import SplitStatistics
 from tfx_accum.components.settings import ModelSettings
 

@@ -18,7 +18,8 @@ import tensorflow as tf
 import yaml
 from tiny_data import tiny_splits
 
-from tfx_accum.components.data.features import DataDescription, parse_raw
+from tfx_accum.components.data.features import DataDescription
+from tfx_accum.components.data.raw_features import parse_raw
 from tfx_accum.components.settings import PRECISIONS, ModelSettings
 from tfx_accum.components.training.custom_model import by_name
 from tfx_accum.components.training.export import export_serving_model
