@@ -7,8 +7,9 @@ from the input's size in bytes *and* in rows: a narrow table is small in bytes b
 Evaluator's and StatisticsGen's cost is per example (2M rows x 4 columns, 44 MB: the
 Evaluator on its 667k rows took 101 s on one worker, 69 s on two). The workers read the
 split's files in parallel, so ExampleGen writes a large input in several files
-(``components/data/csv_examples.py``). ``--beam-pipeline-args`` replaces the choice
-entirely (for example ``--runner=DataflowRunner ...``).
+(``components/data/csv_examples.py``), and each worker batches TFXIO's reads by bytes
+(``--beam_plugins``: ``pipeline/local/tfxio_batching.py``). ``--beam-pipeline-args``
+replaces the choice entirely (for example ``--runner=DataflowRunner ...``).
 
 Every Beam component's executor also packages TFX itself as an sdist for remote workers
 (``tfx/utils/dependency_utils.py``: a ``setup.py sdist`` subprocess, 1-1.5 s per component
@@ -35,6 +36,8 @@ import sys
 from collections.abc import Sequence
 
 from tfx_accum.pipeline.errors import InputError
+
+BEAM_PLUGIN_ARG = "--beam_plugins=tfx_accum.pipeline.local.tfxio_batching"
 
 # Below both, one in-process worker is fastest; above either, one worker per
 # BYTES_PER_WORKER or ROWS_PER_WORKER, whichever asks for more.
@@ -67,7 +70,11 @@ def local_beam_args(input_bytes: int, cpus: int, rows: int = 0) -> tuple[list[st
     wanted = max(-(-input_bytes // BYTES_PER_WORKER), -(-rows // ROWS_PER_WORKER))
     workers = max(2, min(cpus, wanted))
     return (
-        ["--direct_running_mode=multi_processing", f"--direct_num_workers={workers}"],
+        [
+            "--direct_running_mode=multi_processing",
+            f"--direct_num_workers={workers}",
+            BEAM_PLUGIN_ARG,  # the workers batch TFXIO's reads by bytes (tfxio_batching.py)
+        ],
         f"input {mib:.0f} MiB, {rows:,} rows, {cpus} CPUs",
     )
 

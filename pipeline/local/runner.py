@@ -170,7 +170,10 @@ def run_local(
         )
     summary = checked
 
+    from tfx_accum.pipeline.local import tfxio_batching
     from tfx_accum.pipeline.pipeline import create_pipeline
+
+    tfxio_batching.enable()  # the in-process Beam components' reads, batched by bytes
 
     if pipeline_settings.get("beam_pipeline_args") is None:
         input_bytes = sum(os.path.getsize(f) for f in summary.files)

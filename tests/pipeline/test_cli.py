@@ -125,18 +125,27 @@ def test_a_failing_component_shows_its_cause_and_the_log(tmp_path, capfd, monkey
 
 def test_beam_arguments_follow_the_input_size_and_the_pod():
     from tfx_accum.pipeline.errors import InputError
-    from tfx_accum.pipeline.local.beam import local_beam_args, parse_beam_args, pod_beam_args
+    from tfx_accum.pipeline.local.beam import (
+        BEAM_PLUGIN_ARG,
+        local_beam_args,
+        parse_beam_args,
+        pod_beam_args,
+    )
 
     small, why = local_beam_args(300_000, cpus=8)
     assert small == ["--direct_running_mode=in_memory", "--direct_num_workers=1"]
     assert "MiB" in why
     big, _ = local_beam_args(2 * 2**30, cpus=8)
-    assert big == ["--direct_running_mode=multi_processing", "--direct_num_workers=8"]
+    assert big == [
+        "--direct_running_mode=multi_processing",
+        "--direct_num_workers=8",
+        BEAM_PLUGIN_ARG,
+    ]
     medium, _ = local_beam_args(200 * 2**20, cpus=8)
     assert medium[1] == "--direct_num_workers=2"
     # A narrow table: small in bytes, but the Evaluator's and StatisticsGen's cost is per row.
     narrow, _ = local_beam_args(44 * 2**20, cpus=2, rows=2_000_000)
-    assert narrow == ["--direct_running_mode=multi_processing", "--direct_num_workers=2"]
+    assert narrow[:2] == ["--direct_running_mode=multi_processing", "--direct_num_workers=2"]
     assert local_beam_args(44 * 2**20, cpus=8, rows=2_000_000)[0][1] == "--direct_num_workers=4"
     assert local_beam_args(4 * 2**20, cpus=8, rows=150_000)[0] == small
     assert pod_beam_args(2.0) == [
