@@ -1,12 +1,13 @@
 """The Evaluator against a plain process doing the same work, at two eval-split sizes (#31).
 
-TFX's Evaluator (the pipeline's: TFX's executor with this project's EvalConfig and TFMA)
-runs on an eval split of ``ROWS`` examples with a model the pipeline trained; a plain
-process loads the same SavedModel, predicts the same split in batches of 4,096 through the
-same ``serving_default`` and ``transform_labels`` signatures, and computes the same
-metrics with numpy (accuracy, the majority class's share, the lift, the count). Each runs
-in a fresh process of its own; per side: wall time, CPU seconds (the process and any Beam
-worker processes), peak resident memory (the largest process), and rows per second.
+TFX's Evaluator (the pipeline's: TFX's executor with this project's EvalConfig, its
+``custom_extractors`` module and TFXIO's batching by bytes, and TFMA) runs on an eval split
+of ``ROWS`` examples with a model the pipeline trained; a plain process loads the same
+SavedModel, predicts the same split in batches of 4,096 through the same ``serving_default``
+and ``transform_labels`` signatures, and computes the same metrics with numpy (accuracy, the
+majority class's share, the lift, the count). Each runs in a fresh process of its own; per
+side: wall time, CPU seconds (the process and any Beam worker processes), peak resident
+memory (the largest process), and rows per second.
 
 The model comes from one pipeline run (``--run-dir`` to reuse a finished one) on a small
 CSV of 4 numeric columns and a 10-class label; the eval splits are written here as
@@ -112,8 +113,12 @@ def run_evaluator(examples: Path, model: Path, work: Path, beam_mode: str) -> di
     from tfx.types import standard_artifacts
 
     from tfx_accum.pipeline.evaluation import eval_config, read_evaluation
-    from tfx_accum.pipeline.local.beam import without_tfx_sdist
+    from tfx_accum.pipeline.local import tfxio_batching
+    from tfx_accum.pipeline.local.beam import BEAM_PLUGIN_ARG, without_tfx_sdist
+    from tfx_accum.pipeline.pipeline import EVALUATOR_MODULE
     from tfx_accum.pipeline.run_parameters import EvaluatorExecutor
+
+    tfxio_batching.enable()  # as the local run's process does
 
     artifact = standard_artifacts.Examples()
     artifact.uri, artifact.split_names = str(examples), json.dumps(["eval"])
@@ -123,6 +128,8 @@ def run_evaluator(examples: Path, model: Path, work: Path, beam_mode: str) -> di
     evaluation.uri, blessing.uri = str(work / "evaluation"), str(work / "blessing")
     workers = 1 if beam_mode == "in_memory" else 2
     args = [f"--direct_running_mode={beam_mode}", f"--direct_num_workers={workers}"]
+    if beam_mode == "multi_processing":
+        args.append(BEAM_PLUGIN_ARG)  # as the local runner's arguments
     context = BaseBeamExecutor.Context(
         tmp_dir=str(work / "tmp"), unique_id="evaluator", beam_pipeline_args=without_tfx_sdist(args)
     )
@@ -134,6 +141,7 @@ def run_evaluator(examples: Path, model: Path, work: Path, beam_mode: str) -> di
             "eval_config": json_format.MessageToJson(config),
             "example_splits": json.dumps(["eval"]),
             "fairness_indicator_thresholds": "null",
+            "module_path": EVALUATOR_MODULE,  # the pipeline's custom_extractors
         },
     )
     return read_evaluation(evaluation.uri).metrics
@@ -203,6 +211,7 @@ def markdown(results: list[dict], mode: str) -> str:
         "# Evaluator benchmark (`python -m bench.evaluator`)",
         "",
         f"Machine: {os.cpu_count()} CPU cores (shared). TFX's Evaluator executor (TFMA, "
+        "the pipeline's custom_extractors and TFXIO batching by bytes, "
         f"Beam DirectRunner `{mode}`) against a plain process (the same SavedModel's "
         "signatures in batches of 4,096, metrics in numpy), each in a fresh process, on the "
         "same eval split (4 numeric columns, 10 classes). CPU: the process and its Beam "
