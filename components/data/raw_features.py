@@ -87,18 +87,18 @@ def dense_raw(parsed: dict[str, Any], data: DataDescription, with_label: bool = 
     tensors) to dense raw tensors: ``(batch, 1)`` numbers (NaN where missing), category
     integers (-1 where missing) and strings ("" where missing); ``(batch,)`` image bytes;
     with ``with_label``, the raw label ``(batch,)`` under ``data.label_key``."""
-    raw = {}
     ragged_numbers = [
         f.name for f in data.features if f.kind == NUMERIC and _is_flat_ragged(parsed[f.name])
     ]
+    in_block = {}
     if ragged_numbers:
-        columns = _first_numbers([parsed[name] for name in ragged_numbers])
-        raw.update(zip(ragged_numbers, columns))
+        in_block = dict(zip(ragged_numbers, _first_numbers([parsed[n] for n in ragged_numbers])))
+    raw = {}
     for feature in data.features:
         column = parsed[feature.name]
-        if feature.name in raw:
-            continue
-        if feature.kind == NUMERIC:
+        if feature.name in in_block:
+            raw[feature.name] = in_block[feature.name]
+        elif feature.kind == NUMERIC:
             if isinstance(column, tf.SparseTensor | tf.RaggedTensor):
                 column = tf.cast(column, tf.float32)
             else:
@@ -110,7 +110,6 @@ def dense_raw(parsed: dict[str, Any], data: DataDescription, with_label: bool = 
             raw[feature.name] = _first_value(column, "")
         else:
             raw[feature.name] = _first_value(column, "")[:, 0]
-    raw = {f.name: raw[f.name] for f in data.features}  # the description's order
     if with_label:
         label = parsed[data.label_key]
         fill = "" if data.label_vocabulary else tf.constant(-1, label.dtype)

@@ -35,11 +35,4 @@ def enable() -> None:
     setattr(flags.FLAGS, FLAG, True)
 
 
-def enabled() -> bool:
-    """Whether tfx_bsl's sources in this process batch by bytes."""
-    from tfx_bsl.coders import batch_util
-
-    return "element_size_fn" in batch_util.GetBatchElementsKwargs(None)
-
-
 enable()  # on import: how a Beam worker process takes the setting (--beam_plugins)

@@ -63,10 +63,10 @@ def test_the_flag_makes_fewer_fuller_batches_of_the_same_examples(tmp_path, sett
                 tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
             )
     setattr(flags.FLAGS, tfxio_batching.FLAG, False)
-    assert not tfxio_batching.enabled()
+    assert not tfxio_probe.byte_size_batching(None)
     by_time = _batch_sizes(path)
     tfxio_batching.enable()
-    assert tfxio_batching.enabled()
+    assert tfxio_probe.byte_size_batching(None)
     by_bytes = _batch_sizes(path)
     assert sum(by_time) == sum(by_bytes) == ROWS
     assert len(by_bytes) < len(by_time)
