@@ -16,6 +16,7 @@ from tfx_accum.pipeline import InputError
 from tfx_accum.pipeline.cli.parser import main
 from tfx_accum.pipeline.kubeflow.compiler import compile_pipeline
 from tfx_accum.pipeline.kubeflow.profiles import get_profile, load_profiles
+from tfx_accum.pipeline.local.beam import BEAM_PLUGIN_ARG
 
 ROOT = Path(__file__).resolve().parents[2]
 SPEC_DIR = ROOT / ".venv" / "kfp-spec"
@@ -145,6 +146,8 @@ def test_beam_workers_follow_the_pod_not_the_node(compiled):
     text = compiled["gpu"].read_text()
     # direct_num_workers=0 would start one worker per CPU of the node.
     assert "direct_num_workers=2" in text and "direct_num_workers=0" not in text
+    # Each worker batches TFXIO's reads by bytes, as the local run's workers do.
+    assert BEAM_PLUGIN_ARG in text
 
 
 def test_shipped_profiles_include_common_shapes():

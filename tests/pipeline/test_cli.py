@@ -151,6 +151,7 @@ def test_beam_arguments_follow_the_input_size_and_the_pod():
     assert pod_beam_args(2.0) == [
         "--direct_running_mode=multi_processing",
         "--direct_num_workers=2",
+        BEAM_PLUGIN_ARG,
     ]
     assert parse_beam_args("--runner=DataflowRunner --project='my p'") == [
         "--runner=DataflowRunner",
