@@ -14,7 +14,9 @@ milliseconds, used by the Tuner's oracle and tuner classes and by the Trainer):
 - :func:`untried_configuration`: what the search proposes when its algorithm repeats a
   configuration already trained (a trial spent on a repeat would train nothing new);
 - :func:`other_splits`: the splits of the best effective batch that no trial timed, timed
-  after the search so that the Trainer gets the fastest.
+  after the search so that the Trainer gets the fastest;
+- :func:`centre_configuration`: the first trial of a random or Bayesian search, the
+  middle of the space (effective batch and learning rate), not a random draw.
 
 And the budget rule: every trial sees the same number of training examples
 (:func:`steps_per_epoch`), whatever its effective batch.
@@ -253,6 +255,43 @@ def untried_configuration(
         return None
     splits = by_model[rng.choice(sorted(by_model, key=repr))]
     return rng.choice(splits)
+
+
+def centre_configuration(
+    proposal: dict[str, Any],
+    accumulation_steps_choices: Sequence[int],
+    micro_batch_choices: Sequence[int],
+    limit: int | None,
+    learning_rate: float,
+) -> dict[str, Any]:
+    """``proposal`` with ``k`` and ``m`` at the middle effective batch, and ``learning_rate``
+    (the middle of its range, as the caller's hyperparameter places it).
+
+    The middle effective batch is the ``k x m`` (within ``limit``) nearest, in log scale,
+    to the geometric mean of the smallest and the largest (the smaller on a tie), split with
+    the largest micro-batch (the fewest accumulation steps, usually the fastest). Google
+    Vizier's searches start the same way: a first trial away from the space's edges, where a
+    random draw often lands on a learning rate too small or too large for the effective
+    batch and the budget. Every other value (a model function's own) is the proposal's.
+    """
+    splits = [
+        (k, m)
+        for k in accumulation_steps_choices
+        for m in micro_batch_choices
+        if not exceeds_effective_batch_limit(k, m, limit)
+    ]
+    if not splits:
+        raise ValueError(f"No accumulation steps x micro-batch combination fits {limit}.")
+    batches = sorted({k * m for k, m in splits})
+    ends = batches[0] * batches[-1]  # b is as far from the middle as ends / b: a tie
+    batch = min(batches, key=lambda b: (round(abs(math.log(b * b / ends)), 12), b))
+    k, m = min((split for split in splits if split[0] * split[1] == batch), key=lambda s: s[0])
+    return {
+        **proposal,
+        HP_ACCUMULATION_STEPS: k,
+        HP_MICRO_BATCH_SIZE: m,
+        HP_LEARNING_RATE: learning_rate,
+    }
 
 
 def steps_per_epoch(examples: int, global_batch: int) -> int:

@@ -115,6 +115,10 @@ class SearchSpace:
             yet (another effective batch or learning rate): ``max_trials`` trials train
             ``max_trials`` distinct models (fewer when the space has fewer). Hyperband
             runs configurations again on purpose.
+        start_at_centre: the first trial of a random or Bayesian search trains the middle
+            of the space (``search_policy.centre_configuration``: the middle effective
+            batch and learning rate), not a random draw; later trials are the
+            algorithm's.
         reuse_exact_duplicates: a trial with the effective batch, learning rate and data
             order of a finished trial trains the same model (accumulation is exact): it
             reuses that trial's score and only measures its own speed and memory (with
@@ -141,6 +145,7 @@ class SearchSpace:
     max_effective_batch: int | None = None
     max_micro_batch: int | None = None
     distinct_trials: bool = True
+    start_at_centre: bool = True
     reuse_exact_duplicates: bool = True
     algorithm: str = "bayesian"
     max_trials: int = 8
@@ -169,7 +174,7 @@ class SearchSpace:
                 "`learning_rate_step` must be a factor > 1 (e.g. 1.78 for four values per "
                 f"decade) or None. Received: learning_rate_step={self.learning_rate_step!r}."
             )
-        for name in ("distinct_trials", "reuse_exact_duplicates"):
+        for name in ("distinct_trials", "start_at_centre", "reuse_exact_duplicates"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(
                     f"`{name}` must be true or false. Received: {getattr(self, name)!r}."

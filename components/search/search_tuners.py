@@ -50,6 +50,7 @@ from tfx_accum.components.search.keras_tuner_adapter import NoSessionResetMixin
 from tfx_accum.components.search.peak_memory import PeakMemory
 from tfx_accum.components.search.search_policy import (
     TrialRecord,
+    centre_configuration,
     choose_trainer_split,
     duplicate_key,
     finished_duplicate,
@@ -140,6 +141,8 @@ class AccumulationOracleMixin:
         8 x 8, but 8 only as 1 x 8). Only the proposal's other values (a model
         function's own) are kept then.
         """
+        if self._starts_here(trial_id):
+            return self._centre(super().populate_space(trial_id))
         if not self._distinct():
             return self._within_limit(super().populate_space(trial_id))
         tried = [t.hyperparameters.values for t in self.trials.values()]
@@ -170,6 +173,31 @@ class AccumulationOracleMixin:
             )
             return {"status": "STOPPED", "values": None}
         return {"status": "RUNNING", "values": values}
+
+    def _starts_here(self, trial_id) -> bool:
+        """Whether this is a random or Bayesian search's first trial, which trains the
+        middle of the space (``space.start_at_centre``); a resumed search has trials."""
+        return (
+            self.space.start_at_centre
+            and self.space.algorithm != "hyperband"
+            and not any(t.trial_id != trial_id for t in self.trials.values())
+        )
+
+    def _centre(self, result: dict) -> dict:
+        """``result`` (the algorithm's proposal) moved to the middle of the space: the
+        middle effective batch, and the learning rate Keras Tuner's own hyperparameter
+        places at the middle of its range (``prob_to_value(0.5)``: on its grid, if any)."""
+        if result.get("status") != "RUNNING" or not result.get("values"):
+            return result
+        (learning_rate,) = (hp for hp in self.hyperparameters.space if hp.name == HP_LEARNING_RATE)
+        result["values"] = centre_configuration(
+            result["values"],
+            self.space.accumulation_steps_choices,
+            self.space.micro_batch_choices,
+            self.space.max_effective_batch,
+            learning_rate.prob_to_value(0.5),
+        )
+        return result
 
     def _samples_at_random(self) -> bool:
         """Whether the algorithm's next proposal is a random draw (Keras Tuner's rule)."""

@@ -10,6 +10,7 @@ import pytest
 
 from tfx_accum.components.search.search_policy import (
     TrialRecord,
+    centre_configuration,
     choose_trainer_split,
     duplicate_key,
     exceeds_effective_batch_limit,
@@ -145,6 +146,19 @@ def test_an_untried_configuration_is_drawn_uniformly_over_models_not_splits():
     )
     assert sorted(counts) == [8, 16, 32, 64, 128, 256, 512]
     assert all(60 <= count <= 140 for count in counts.values()), counts
+
+
+def test_the_first_trial_is_the_middle_effective_batch_with_its_largest_micro_batch():
+    k_choices, m_choices = (1, 2, 4, 8), (8, 16, 32, 64)
+    centre = centre_configuration(_values(8, 8, units=64), k_choices, m_choices, None, 3e-3)
+    # Effective batches 8..512: the geometric middle is 64, split as 1 x 64.
+    assert centre == _values(1, 64, 3e-3, units=64)
+    # Within a limit of 64 (8..64): 16 and 32 are as near to 22.6; the smaller is taken.
+    assert centre_configuration(_values(1, 8), k_choices, m_choices, 64, 1e-3) == _values(1, 16)
+    # Only accumulation gives the middle batch: 2 x 8 = 16 of 8, 16, 32.
+    assert centre_configuration(_values(1, 8), (1, 2, 4), (8,), None, 1e-3) == _values(2, 8)
+    with pytest.raises(ValueError, match="fits 4"):
+        centre_configuration(_values(1, 8), k_choices, m_choices, 4, 1e-3)
 
 
 def test_the_other_splits_of_an_effective_batch_are_the_untimed_ones():

@@ -98,6 +98,27 @@ def test_max_effective_batch_shapes_the_proposals(algorithm, tmp_path):
     assert len(tuner.oracle.get_best_trials(tuner.oracle.max_trials)) == len(trials)
 
 
+@pytest.mark.parametrize("algorithm", ["random", "bayesian"])
+def test_a_search_starts_at_the_middle_of_the_space(algorithm, tmp_path):
+    """The first trial trains the middle effective batch (64 of 8..512, as 1 x 64) and the
+    learning rate in the middle of the log range (1e-4..1e-1: 10**-2.5, on the grid);
+    the second is the algorithm's own, another model."""
+    tuner = _searched(tmp_path, algorithm=algorithm, max_trials=2, tuning_epochs=1)
+    first, second = (tuner.oracle.trials[i].hyperparameters.values for i in ("0", "1"))
+    assert (first["accumulation_steps"], first["micro_batch_size"]) == (1, 64)
+    assert first["learning_rate"] == pytest.approx(10**-2.5)
+    assert duplicate_key(second) != duplicate_key(first)
+    off = _searched(
+        tmp_path / "off",
+        algorithm=algorithm,
+        max_trials=1,
+        tuning_epochs=1,
+        start_at_centre=False,
+    )
+    drawn = off.oracle.trials["0"].hyperparameters.values
+    assert duplicate_key(drawn) != duplicate_key(first)  # the seeded draw (seed 42)
+
+
 def test_a_reused_trial_model_trains_like_a_fresh_one():
     """Every trial reuses one traced model, reset to the same initial state and given the
     trial's k: a trial after another k trains what a fresh model trains."""
@@ -223,6 +244,7 @@ def _proposals(tmp_path, distinct: bool, max_trials: int) -> list:
         algorithm="bayesian",
         max_trials=max_trials,
         distinct_trials=distinct,
+        start_at_centre=False,  # every proposal the algorithm's (the start: its own test)
     )
     oracle = _RepeatingOracle(
         objective=keras_tuner.Objective("val_accuracy", "max"), max_trials=max_trials, space=space
