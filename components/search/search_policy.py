@@ -170,6 +170,21 @@ def exceeds_effective_batch_limit(k: int, m: int, limit: int | None) -> bool:
     return limit is not None and k * m > limit
 
 
+def fitting_splits(
+    accumulation_steps_choices: Sequence[int], micro_batch_choices: Sequence[int], limit: int | None
+) -> list[tuple[int, int]]:
+    """Every ``(k, m)`` of the choices within ``limit``; ``ValueError`` when none is."""
+    fits = [
+        (k, m)
+        for k in accumulation_steps_choices
+        for m in micro_batch_choices
+        if not exceeds_effective_batch_limit(k, m, limit)
+    ]
+    if not fits:
+        raise ValueError(f"No accumulation steps x micro-batch combination fits {limit}.")
+    return fits
+
+
 def within_effective_batch_limit(
     values: dict[str, Any],
     accumulation_steps_choices: Sequence[int],
@@ -186,14 +201,7 @@ def within_effective_batch_limit(
     k, m = values.get(HP_ACCUMULATION_STEPS), values.get(HP_MICRO_BATCH_SIZE)
     if k is None or m is None or not exceeds_effective_batch_limit(k, m, limit):
         return values
-    fits = [
-        (kk, mm)
-        for kk in accumulation_steps_choices
-        for mm in micro_batch_choices
-        if not exceeds_effective_batch_limit(kk, mm, limit)
-    ]
-    if not fits:
-        raise ValueError(f"No accumulation steps x micro-batch combination fits {limit}.")
+    fits = fitting_splits(accumulation_steps_choices, micro_batch_choices, limit)
     k, m = max(fits, key=lambda pair: (pair[1] == m, pair[0] * pair[1], pair[1]))
     return {**values, HP_ACCUMULATION_STEPS: k, HP_MICRO_BATCH_SIZE: m}
 
@@ -274,14 +282,7 @@ def centre_configuration(
     random draw often lands on a learning rate too small or too large for the effective
     batch and the budget. Every other value (a model function's own) is the proposal's.
     """
-    splits = [
-        (k, m)
-        for k in accumulation_steps_choices
-        for m in micro_batch_choices
-        if not exceeds_effective_batch_limit(k, m, limit)
-    ]
-    if not splits:
-        raise ValueError(f"No accumulation steps x micro-batch combination fits {limit}.")
+    splits = fitting_splits(accumulation_steps_choices, micro_batch_choices, limit)
     batches = sorted({k * m for k, m in splits})
     ends = batches[0] * batches[-1]  # b is as far from the middle as ends / b: a tie
     batch = min(batches, key=lambda b: (round(abs(math.log(b * b / ends)), 12), b))
