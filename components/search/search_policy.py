@@ -277,10 +277,11 @@ def centre_configuration(
 
     The middle effective batch is the ``k x m`` (within ``limit``) nearest, in log scale,
     to the geometric mean of the smallest and the largest (the smaller on a tie), split with
-    the largest micro-batch (the fewest accumulation steps, usually the fastest). Google
-    Vizier's searches start the same way: a first trial away from the space's edges, where a
-    random draw often lands on a learning rate too small or too large for the effective
-    batch and the budget. Every other value (a model function's own) is the proposal's.
+    the largest micro-batch (the fewest accumulation steps, usually the fastest). Ax
+    (Meta's adaptive experimentation platform) starts the same way by default
+    (``initialize_with_center``): a first trial away from the space's edges, where a random
+    draw often lands on a learning rate too small or too large for the effective batch and
+    the budget. Every other value (a model function's own) is the proposal's.
     """
     splits = fitting_splits(accumulation_steps_choices, micro_batch_choices, limit)
     batches = sorted({k * m for k, m in splits})
