@@ -74,30 +74,30 @@ def score_table(name: str, seed: int, epochs: int) -> dict[tuple[int, float], fl
     return scores
 
 
-def _models(space) -> list[Model]:
+def _learning_rate(space):
+    """Keras Tuner's learning-rate hyperparameter as ``space`` declares it."""
     import keras_tuner
 
     hp = keras_tuner.HyperParameters()
     space.declare(hp)
     (learning_rate,) = (h for h in hp.space if h.name == "learning_rate")
-    rates = sorted(set(learning_rate.values))
+    return learning_rate
+
+
+def _models(space) -> list[Model]:
+    rates = sorted(set(_learning_rate(space).values))
     return [(batch, rate) for batch in search_quality.effective_batches(space) for rate in rates]
 
 
 def _centre(space) -> Model:
-    import keras_tuner
-
     from tfx_accum.components.search.search_policy import centre_configuration
 
-    hp = keras_tuner.HyperParameters()
-    space.declare(hp)
-    (learning_rate,) = (h for h in hp.space if h.name == "learning_rate")
     values = centre_configuration(
         {},
         space.accumulation_steps_choices,
         space.micro_batch_choices,
         space.max_effective_batch,
-        learning_rate.prob_to_value(0.5),
+        _learning_rate(space).prob_to_value(0.5),
     )
     return values["accumulation_steps"] * values["micro_batch_size"], values["learning_rate"]
 

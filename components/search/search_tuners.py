@@ -155,14 +155,12 @@ class AccumulationOracleMixin:
                 return result
             if not at_random and duplicate_key(result["values"]) not in taken:
                 return result
-        # The learning rates Keras Tuner's own Float proposes (its grid with a step).
-        (learning_rate,) = (hp for hp in self.hyperparameters.space if hp.name == HP_LEARNING_RATE)
         values = untried_configuration(
             result["values"],
             tried,
             self.space.accumulation_steps_choices,
             self.space.micro_batch_choices,
-            sorted(set(learning_rate.values)),
+            sorted(set(self._learning_rate().values)),  # the Float's grid (with a step)
             self.space.max_effective_batch,
             random.Random(f"{self.space.seed}/{trial_id}"),
         )
@@ -189,15 +187,19 @@ class AccumulationOracleMixin:
         places at the middle of its range (``prob_to_value(0.5)``: on its grid, if any)."""
         if result.get("status") != "RUNNING" or not result.get("values"):
             return result
-        (learning_rate,) = (hp for hp in self.hyperparameters.space if hp.name == HP_LEARNING_RATE)
         result["values"] = centre_configuration(
             result["values"],
             self.space.accumulation_steps_choices,
             self.space.micro_batch_choices,
             self.space.max_effective_batch,
-            learning_rate.prob_to_value(0.5),
+            self._learning_rate().prob_to_value(0.5),
         )
         return result
+
+    def _learning_rate(self):
+        """Keras Tuner's learning-rate hyperparameter of this search (its grid, its range)."""
+        (hp,) = (hp for hp in self.hyperparameters.space if hp.name == HP_LEARNING_RATE)
+        return hp
 
     def _samples_at_random(self) -> bool:
         """Whether the algorithm's next proposal is a random draw (Keras Tuner's rule)."""

@@ -66,17 +66,22 @@ def local_beam_args(input_bytes: int, cpus: int, rows: int = 0) -> tuple[list[st
             if small
             else "one CPU"
         )
-        return ["--direct_running_mode=in_memory", "--direct_num_workers=1"], reason
+        return direct_args(1), reason
     wanted = max(-(-input_bytes // BYTES_PER_WORKER), -(-rows // ROWS_PER_WORKER))
     workers = max(2, min(cpus, wanted))
-    return (
-        [
-            "--direct_running_mode=multi_processing",
-            f"--direct_num_workers={workers}",
-            BEAM_PLUGIN_ARG,  # the workers batch TFXIO's reads by bytes (tfxio_batching.py)
-        ],
-        f"input {mib:.0f} MiB, {rows:,} rows, {cpus} CPUs",
-    )
+    return direct_args(workers), f"input {mib:.0f} MiB, {rows:,} rows, {cpus} CPUs"
+
+
+def direct_args(workers: int) -> list[str]:
+    """The DirectRunner with ``workers`` workers: one in-process, else worker processes,
+    each batching TFXIO's reads by bytes (``BEAM_PLUGIN_ARG``: tfxio_batching.py)."""
+    if workers == 1:
+        return ["--direct_running_mode=in_memory", "--direct_num_workers=1"]
+    return [
+        "--direct_running_mode=multi_processing",
+        f"--direct_num_workers={workers}",
+        BEAM_PLUGIN_ARG,
+    ]
 
 
 # Beam's options that TFX takes as "the workers' dependencies are provided" (dest names).
@@ -130,14 +135,7 @@ def pod_beam_args(cpus: float) -> list[str]:
     TFXIO's reads by bytes, as the local run's do (``BEAM_PLUGIN_ARG``; the pod's image has
     this package).
     """
-    workers = max(1, int(cpus))
-    if workers == 1:
-        return ["--direct_running_mode=in_memory", "--direct_num_workers=1"]
-    return [
-        "--direct_running_mode=multi_processing",
-        f"--direct_num_workers={workers}",
-        BEAM_PLUGIN_ARG,
-    ]
+    return direct_args(max(1, int(cpus)))
 
 
 def parse_beam_args(text: str | None) -> list[str] | None:
