@@ -44,6 +44,7 @@ from tfx_accum.components.data.features import (
 )
 from tfx_accum.components.data.raw_features import dense_raw
 from tfx_accum.components.data.statistics import SplitStatistics
+from tfx_accum.components.data.tfxio_parsing import parsed_batches
 from tfx_accum.components.data.transform import transform_output_path, transformed_schema
 from tfx_accum.components.settings import ModelSettings, is_model_function
 
@@ -144,7 +145,9 @@ def _parsed(fn_args, files: list[str], schema: schema_pb2.Schema) -> tf.data.Dat
     other CPUs than the Tuner's would not train the best trial's model. One reader thread
     reads the files one after another, in name order, on every machine
     (tests/data/test_parsed_order.py). One dataset over all the files, not one per file:
-    each would build the parsing of every feature again.
+    each would build the parsing of every feature again. The same batches are read without
+    TFXIO's per-record handoff between threads where the first batch shows they are the
+    same (components/data/tfxio_parsing.py: 4.7x faster at 64 columns).
     """
     from tfx_bsl.public import tfxio
 
@@ -155,7 +158,8 @@ def _parsed(fn_args, files: list[str], schema: schema_pb2.Schema) -> tf.data.Dat
         drop_final_batch=False,
         reader_num_threads=1,
     )
-    return fn_args.data_accessor.tf_dataset_factory(files, options, schema)
+    accessor = fn_args.data_accessor.tf_dataset_factory(files, options, schema)
+    return parsed_batches(accessor, _files(files), schema, _READ_BATCH)
 
 
 def _sample(fn_args, schema: schema_pb2.Schema) -> dict[str, list[bytes]]:
