@@ -158,8 +158,8 @@ def _parsed(fn_args, files: list[str], schema: schema_pb2.Schema) -> tf.data.Dat
         drop_final_batch=False,
         reader_num_threads=1,
     )
-    accessor = fn_args.data_accessor.tf_dataset_factory(files, options, schema)
-    return parsed_batches(accessor, _files(files), schema, _READ_BATCH)
+    factory = fn_args.data_accessor.tf_dataset_factory
+    return parsed_batches(factory, files, _files(files), schema, options)
 
 
 def _sample(fn_args, schema: schema_pb2.Schema) -> dict[str, list[bytes]]:

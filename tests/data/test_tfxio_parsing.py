@@ -60,12 +60,18 @@ def _split(tmp_path, gzip: bool) -> tuple[list[str], standard_artifacts.Examples
     return sorted(str(p) for p in split.iterdir()), examples
 
 
+OPTIONS = tfxio.TensorFlowDatasetOptions(
+    batch_size=BATCH, shuffle=False, num_epochs=1, drop_final_batch=False, reader_num_threads=1
+)
+
+
+def _factory(examples):
+    """TFX's data accessor's factory for the split (what fn_args.data_accessor holds)."""
+    return tfxio_utils.get_tf_dataset_factory_from_artifact([examples], [])
+
+
 def _accessor_dataset(examples, files, schema) -> tf.data.Dataset:
-    factory = tfxio_utils.get_tf_dataset_factory_from_artifact([examples], [])
-    options = tfxio.TensorFlowDatasetOptions(
-        batch_size=BATCH, shuffle=False, num_epochs=1, drop_final_batch=False, reader_num_threads=1
-    )
-    return factory(files, options, schema)
+    return _factory(examples)(files, OPTIONS, schema)
 
 
 def _all_batches(dataset: tf.data.Dataset) -> list[list[np.ndarray]]:
@@ -80,8 +86,8 @@ def test_every_batch_is_tfxios_own(tmp_path, with_shapes, gzip):
     files, examples = _split(tmp_path, gzip)
     schema = _schema(with_shapes)
     accessor = _accessor_dataset(examples, files, schema)
-    read = tfxio_parsing.parsed_batches(accessor, files, schema, BATCH)
-    assert read is not accessor  # the fast reading was taken
+    read = tfxio_parsing.parsed_batches(_factory(examples), files, files, schema, OPTIONS)
+    assert _steps(read) != _steps(accessor)  # the fast reading was taken
     assert read.element_spec == accessor.element_spec
     ours, theirs = _all_batches(read), _all_batches(accessor)
     assert len(ours) == len(theirs) == -(-FILES * PER_FILE // BATCH)
@@ -92,20 +98,79 @@ def test_every_batch_is_tfxios_own(tmp_path, with_shapes, gzip):
             np.testing.assert_array_equal(a, b)  # NaN equals NaN here
 
 
+def _steps(dataset: tf.data.Dataset) -> list[str]:
+    """The dataset's transformations, outermost first (the accessor's has an interleave)."""
+    names, current = [], dataset
+    while True:
+        names.append(type(current).__name__)
+        inputs = current._inputs()  # noqa: SLF001 - test-only look at the pipeline's shape
+        if not inputs:
+            return names
+        current = inputs[0]
+
+
+def _reading(factory, files, schema):
+    read = tfxio_parsing.parsed_batches(factory, files, files, schema, OPTIONS)
+    return "accessor's" if "_ParallelInterleaveDataset" in _steps(read) else "fast"
+
+
 def test_an_accessor_that_reads_otherwise_is_used_as_it_is(tmp_path):
     files, examples = _split(tmp_path, gzip=True)
     schema = _schema(with_shapes=True)
+    factory = _factory(examples)
+    assert _reading(factory, files, schema) == "fast"
     # TFXIO reads the files in name order, whatever order it is given them in.
-    reversed_order = _accessor_dataset(examples, files[::-1], schema)
-    assert tfxio_parsing.parsed_batches(reversed_order, files, schema, BATCH) is not reversed_order
-    # Other files first, and another parsing: the accessor's, as they are.
-    later = _accessor_dataset(examples, files[1:], schema)
-    assert tfxio_parsing.parsed_batches(later, files, schema, BATCH) is later
-    doubled = _accessor_dataset(examples, files, schema).map(
-        lambda batch: {**batch, "count": batch["count"] * 2}
-    )
-    assert tfxio_parsing.parsed_batches(doubled, files, schema, BATCH) is doubled
-    renamed = _accessor_dataset(examples, files, schema).map(
-        lambda batch: {("n_" + k): v for k, v in batch.items()}
-    )
-    assert tfxio_parsing.parsed_batches(renamed, files, schema, BATCH) is renamed
+    assert _reading(lambda f, o, s: factory(f[::-1], o, s), files, schema) == "fast"
+
+    # Other files first, another parsing, other names: the accessor's, as it is.
+    def later(f, o, s):
+        return factory(f[1:], o, s)
+
+    def doubled(f, o, s):
+        return factory(f, o, s).map(lambda batch: {**batch, "count": batch["count"] * 2})
+
+    def renamed(f, o, s):
+        return factory(f, o, s).map(lambda batch: {("n_" + k): v for k, v in batch.items()})
+
+    for other in (later, doubled, renamed):
+        assert _reading(other, files, schema) == "accessor's", other.__name__
+
+    wide = _wide_schema(schema)
+
+    def fails_on_the_probe(f, o, s):
+        if s is not wide:
+            raise ValueError("not this schema")
+        return factory(f, o, s)
+
+    assert _reading(fails_on_the_probe, files, wide) == "accessor's"
+
+
+def _wide_schema(schema: schema_pb2.Schema) -> schema_pb2.Schema:
+    """``schema`` and more absent INT features than the probe takes (absent: empty)."""
+    wide = schema_pb2.Schema()
+    wide.CopyFrom(schema)
+    for i in range(2 * tfxio_parsing.PROBE_FEATURES):
+        wide.feature.add(name=f"absent_{i:03d}", type=schema_pb2.INT)
+    return wide
+
+
+def test_a_wide_schema_is_probed_on_some_features_and_read_whole(tmp_path):
+    files, examples = _split(tmp_path, gzip=True)
+    wide = _wide_schema(_schema(with_shapes=True))
+    probe = tfxio_parsing.probe_schema(wide)
+    names = [f.name for f in probe.feature]
+    assert len(names) == tfxio_parsing.PROBE_FEATURES
+    assert names[0] == "count" and names[-1] == wide.feature[-1].name
+    assert tfxio_parsing.probe_schema(_schema(with_shapes=True)) is not None
+    factory = _factory(examples)
+    read = tfxio_parsing.parsed_batches(factory, files, files, wide, OPTIONS)
+    accessor = factory(files, OPTIONS, wide)
+    assert "_ParallelInterleaveDataset" not in _steps(read)
+    assert read.element_spec == accessor.element_spec
+    for mine, tfxios in zip(_all_batches(read), _all_batches(accessor), strict=True):
+        for a, b in zip(mine, tfxios, strict=True):
+            np.testing.assert_array_equal(a, b)
+    # The probe's features are spread over the schema's order, no gap wider than needed.
+    order = [f.name for f in wide.feature]
+    positions = [order.index(name) for name in names]
+    assert max(b - a for a, b in zip(positions, positions[1:])) <= -(-len(order) // len(names))
