@@ -47,6 +47,14 @@ def test_the_statistics_without_beam_are_tfdvs_own(tmp_path):
         assert (mine.mean, mine.min, mine.max) == (beam_s.mean, beam_s.min, beam_s.max)
 
 
+def test_both_training_reads_read_every_example(tmp_path):
+    serialized = [record for part in _parts() for record in part]
+    tfx_floor.write_records(serialized, tmp_path / "split.gz")
+    schema = tfx_floor.schema_of(NAMES, "label")
+    for project in (False, True):
+        assert tfx_floor.training_read(tmp_path / "split.gz", schema, project) == 300
+
+
 def test_the_report_has_a_rate_for_every_part_and_width():
     results = [
         {
@@ -63,3 +71,4 @@ def test_the_report_has_a_rate_for_every_part_and_width():
     for part in tfx_floor.PARTS:
         assert f"| {part} | 2,000 | 2,000 | 500.0 | 500.0 |" in text
     assert "1.0x as fast" in text and "is 100% of StatisticsGen's path" in text
+    assert "takes 1.00x the CPU of TFXIO's TensorFlowDataset" in text
