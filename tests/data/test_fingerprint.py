@@ -87,10 +87,10 @@ def test_the_search_location_follows_the_content_not_the_paths(tmp_path):
     schema = tmp_path / "schema.pbtxt"
     schema.write_text('feature { name: "label" type: INT }\n')
 
-    def args(run: str, rows: list[bytes]):
+    def args(run: str, rows: list[bytes], held: int = 50):
         return SimpleNamespace(
             train_files=_write(tmp_path / run / "train", [rows]),
-            eval_files=_write(tmp_path / run / "eval", [rows[:50]]),
+            eval_files=_write(tmp_path / run / "eval", [rows[:held]]),
             schema_path=str(schema),
         )
 
@@ -102,6 +102,13 @@ def test_the_search_location_follows_the_content_not_the_paths(tmp_path):
     assert first == again != other
     assert location_for_inputs("/r", "search", args("run-4", records), space={"a": 2}) != (
         location_for_inputs("/r", "search", args("run-5", records), space={"a": 1})
+    )
+    # The eval split, which the Tuner and Trainer never read, does not name their state.
+    assert (
+        location_for_inputs(
+            "/root/_search", "search", args("run-6", records, held=20), space={"a": 1}
+        )
+        == first
     )
 
 
