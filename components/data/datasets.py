@@ -230,25 +230,40 @@ def read_splits(fn_args, data: DataDescription) -> Splits:
     )
     if count * data.values_per_example * 4 <= CACHE_BYTES:
         blocks = blocks.cache()
-    examples = blocks.unbatch().enumerate()
-
-    def part(keep_validation: bool) -> tf.data.Dataset:
-        held = examples.filter(
-            tf.autograph.experimental.do_not_convert(
-                lambda i, _: tf.equal(i % VALIDATION_EVERY == VALIDATION_EVERY - 1, keep_validation)
-            )
-        )
-        return held.map(tf.autograph.experimental.do_not_convert(lambda _, example: example))
-
     return Splits(
-        part(False),
-        part(True),
+        held_out_part(blocks, held_out=False),
+        held_out_part(blocks, held_out=True),
         data,
         training_examples(data),
         preprocessor,
         validation_size,
         blocks=blocks,
     )
+
+
+def held_out_part(blocks: tf.data.Dataset, held_out: bool) -> tf.data.Dataset:
+    """The examples of ``blocks`` (batches of the split, in order) that are held out for
+    validation (every ``VALIDATION_EVERY``-th of the split), or the others, one by one.
+
+    Chosen a block at a time (the blocks numbered by a running count, so that any block
+    sizes hold): per example, enumerating and filtering the split cost the Trainer's stream
+    more than its parsing (tests/data/test_held_in_memory.py: the same examples in the
+    same order as a filter of the numbered examples).
+    """
+
+    @tf.autograph.experimental.do_not_convert
+    def number(start, block):
+        size = tf.shape(tf.nest.flatten(block)[0], out_type=tf.int64)[0]
+        return start + size, (start, block)
+
+    @tf.autograph.experimental.do_not_convert
+    def chosen(start, block):
+        size = tf.shape(tf.nest.flatten(block)[0], out_type=tf.int64)[0]
+        index = start + tf.range(size, dtype=tf.int64)
+        keep = tf.equal(index % VALIDATION_EVERY == VALIDATION_EVERY - 1, held_out)
+        return tf.nest.map_structure(lambda t: tf.boolean_mask(t, keep), block)
+
+    return blocks.scan(np.int64(0), number).map(chosen).unbatch()
 
 
 def stream_reads(examples: int) -> int:

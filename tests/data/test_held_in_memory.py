@@ -14,6 +14,7 @@ from tfx_accum.components.data.datasets import (
     VALIDATION_EVERY,
     HeldInMemory,
     batched,
+    held_out_part,
     held_parts,
     stream_reads,
 )
@@ -70,3 +71,38 @@ def test_both_parts_are_read_in_one_pass_as_the_split_holds_them_out(train, vali
         np.testing.assert_array_equal(inputs["numeric"].numpy(), x[mask][:count])
         np.testing.assert_array_equal(labels.numpy(), y[mask][:count])
         assert held.count == len(x[mask][:count])
+
+
+def _uneven_blocks() -> tf.data.Dataset:
+    """The split in blocks of uneven sizes (none a multiple of VALIDATION_EVERY)."""
+    sizes = [7, 256, 1, 33, 256, 256, 12]
+    x = np.arange(sum(sizes) * 3, dtype="float32").reshape(-1, 3)
+    y = np.arange(sum(sizes)) % 7
+    starts = np.cumsum([0, *sizes])
+    blocks = [({"numeric": x[a:b]}, y[a:b]) for a, b in zip(starts[:-1], starts[1:], strict=True)]
+    return tf.data.Dataset.from_generator(
+        lambda: iter(blocks),
+        output_signature=(
+            {"numeric": tf.TensorSpec((None, 3), tf.float32)},
+            tf.TensorSpec((None,), tf.int64),
+        ),
+    )
+
+
+@pytest.mark.parametrize("held_out", [False, True])
+def test_a_part_is_the_split_filtered_by_position_whatever_the_blocks(held_out):
+    """``held_out_part``: the examples a filter of the numbered examples keeps, in order."""
+    blocks = _uneven_blocks()
+    reference = (
+        blocks.unbatch()
+        .enumerate()
+        .filter(lambda i, _: tf.equal(i % VALIDATION_EVERY == VALIDATION_EVERY - 1, held_out))
+        .map(lambda _, example: example)
+    )
+    ours, theirs = (
+        list(d.as_numpy_iterator()) for d in (held_out_part(blocks, held_out), reference)
+    )
+    assert len(ours) == len(theirs) > 100
+    for (inputs, label), (expected_inputs, expected_label) in zip(ours, theirs, strict=True):
+        np.testing.assert_array_equal(inputs["numeric"], expected_inputs["numeric"])
+        assert label == expected_label
