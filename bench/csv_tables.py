@@ -12,11 +12,16 @@ from pathlib import Path
 import numpy as np
 
 
+def column_names(columns: int) -> list[str]:
+    """The table's feature columns (``f00``, ``f01``, ...), then ``label``."""
+    width = max(2, len(str(columns - 1)))
+    return [f"f{i:0{width}d}" for i in range(columns)] + ["label"]
+
+
 def write_csv(path: Path, rows: int, columns: int, seed: int = 0) -> None:
     rng = np.random.default_rng(seed)
     weights = rng.normal(size=(columns, 10))
-    width = max(2, len(str(columns - 1)))
-    header = ",".join([f"f{i:0{width}d}" for i in range(columns)] + ["label"])
+    header = ",".join(column_names(columns))
     chunk = max(1, 4_000_000 // columns)
     with open(path, "w") as handle:
         handle.write(header + "\n")

@@ -223,7 +223,9 @@ def measure(rows: int, columns: int, repeats: int) -> dict:
     tfxio_batching.enable()  # as StatisticsGen's and the Evaluator's workers batch
     serialized = records(rows, columns)
     parts = batches(serialized)
-    names = [f"f{i:0{max(2, len(str(columns - 1)))}d}" for i in range(columns)] + ["label"]
+    from bench.csv_tables import column_names
+
+    names = column_names(columns)
     decoded, parsed = decode_tfx_bsl(parts), parse_tensorflow(parts, names, "label")
     agree = same_values(decoded, parsed, names)
     schema = schema_of(names, "label")
