@@ -27,6 +27,7 @@ from tfx.orchestration.pipeline import Pipeline
 from tfx.proto import example_gen_pb2, pusher_pb2, trainer_pb2
 
 from tfx_accum.components.data import tasks
+from tfx_accum.components.data.csv_examples import missing_values_config
 from tfx_accum.components.data.example_fingerprint import (
     CsvExampleGen,
     ImportExampleGen,
@@ -53,18 +54,22 @@ RUN_FN = "tfx_accum.components.training.trainer.run_fn"
 EVALUATOR_MODULE = "tfx_accum.pipeline.evaluator_inputs"
 
 
-def example_gen_component(data_root: str, data_format: str):
-    """CsvExampleGen for CSV files, ImportExampleGen for TFRecords of tf.Examples."""
+def example_gen_component(data_root: str, data_format: str, missing_values: Sequence[str] = ()):
+    """CsvExampleGen for CSV files, ImportExampleGen for TFRecords of tf.Examples
+    (``missing_values``: CSV cells read as empty)."""
     if data_format not in PATTERNS:
         raise ValueError(
             f"`data_format` must be one of {', '.join(PATTERNS)}. Received: {data_format!r}."
         )
+    if missing_values and data_format != "csv":
+        raise ValueError("`missing_values` applies to CSV files only.")
     input_config = example_gen_pb2.Input(
         splits=[example_gen_pb2.Input.Split(name="single_split", pattern=PATTERNS[data_format])]
     )
     # TFX's, fingerprinting what they write (checked before a cached output is trusted).
     if data_format == "csv":
-        return CsvExampleGen(input_base=data_root, input_config=input_config)
+        custom = {"custom_config": missing_values_config(missing_values)} if missing_values else {}
+        return CsvExampleGen(input_base=data_root, input_config=input_config, **custom)
     return ImportExampleGen(input_base=data_root, input_config=input_config)
 
 
@@ -90,6 +95,7 @@ def create_pipeline(
     schema_file: str | None = None,
     runtime_parameters: bool = False,
     fail_on_anomalies: bool = False,
+    missing_values: Sequence[str] = (),
 ) -> Pipeline:
     """Builds the pipeline. ``metadata_path=None`` leaves ML Metadata to the orchestrator.
 
@@ -108,6 +114,7 @@ def create_pipeline(
     integers get their values counted).
     ``bless_metric``, ``bless_threshold``: what the Evaluator blesses on, for the task of
     ``model_settings`` (:func:`~tfx_accum.pipeline.evaluation.eval_config`).
+    ``missing_values``: CSV cells CsvExampleGen reads as empty (missing values).
     ``fail_on_anomalies``: the Tuner and Trainer take ExampleValidator's anomalies as an
     input and do not start when it found any (components/data/anomalies.py).
     ``runtime_parameters``: the data root, ``max_trials``, ``tuning_epochs``,
@@ -131,7 +138,7 @@ def create_pipeline(
     if runtime_parameters:
         run = run.runtime()
 
-    example_gen = example_gen_component(run[params.DATA_ROOT], data_format)
+    example_gen = example_gen_component(run[params.DATA_ROOT], data_format, missing_values)
     if schema_file:
         schema_gen = ImportSchemaGen(schema_file=schema_file)
         statistics_gen = StatisticsGen(

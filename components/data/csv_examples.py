@@ -21,6 +21,11 @@ The order of the records in a file differs (TFX's is a random shuffle), as the f
 may (a large input is spread over up to :data:`MAX_SHARDS` files per split) and the gzip
 level. Configurations this does not cover
 (another payload or file format, a partition feature) run TFX's executor unchanged.
+
+ExampleGen's ``custom_config`` may name cells to read as empty (``--missing-values``: a
+``Struct`` with ``missing_values``, :func:`missing_values_config`): ``N/A`` in a column of
+numbers is then a missing value, not a cell that makes the column text. TFX's executor has
+no such option, so a configuration it would run refuses them.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ from tfx_accum import needs_tfx  # noqa: F401 - first: without the tfx extra, on
 # isort: split
 import hashlib
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -38,6 +43,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import tensorflow as tf
+from google.protobuf import struct_pb2
 from pyarrow import csv as pa_csv
 from tfx.components.example_gen import utils, write_split
 from tfx.components.example_gen.csv_example_gen import executor as csv_executor
@@ -64,6 +70,8 @@ COMPRESSION = tf.io.TFRecordOptions(compression_type="GZIP", compression_level=1
 INT_PATTERN = r"^-?[0-9]{1,18}$"
 FLOAT_PATTERN = r"^-?(([0-9]+\.[0-9]*|\.[0-9]+)([eE][-+]?[0-9]{1,2})?|[0-9]+[eE][-+]?[0-9]{1,2})$"
 NUMBER_PATTERN = f"({INT_PATTERN})|({FLOAT_PATTERN})"  # what a float column converts fast
+# ExampleGen's custom_config (a Struct): the cells read as empty (``--missing-values``).
+MISSING_VALUES_KEY = "missing_values"
 
 
 def column_names(path: str) -> list[str]:
@@ -71,8 +79,11 @@ def column_names(path: str) -> list[str]:
     return io_utils.load_csv_column_names(path)
 
 
-def read_chunks(path: str, names: list[str]) -> Iterator[pa.RecordBatch]:
-    """The rows after the header, every column as text, an empty cell as null, in chunks."""
+def read_chunks(
+    path: str, names: list[str], missing_values: Sequence[str] = ()
+) -> Iterator[pa.RecordBatch]:
+    """The rows after the header, every column as text, an empty cell (or one of
+    ``missing_values``) as null, in chunks."""
     source = path if "://" not in path else pa.PythonFile(fileio.open(path, "rb"), mode="r")
     reader = pa_csv.open_csv(
         source,
@@ -82,7 +93,7 @@ def read_chunks(path: str, names: list[str]) -> Iterator[pa.RecordBatch]:
         parse_options=pa_csv.ParseOptions(newlines_in_values=True, ignore_empty_lines=True),
         convert_options=pa_csv.ConvertOptions(
             column_types={name: pa.string() for name in names},
-            null_values=[""],
+            null_values=["", *missing_values],
             strings_can_be_null=True,
             quoted_strings_can_be_null=True,
         ),
@@ -118,13 +129,15 @@ def cell_type(values: pa.Array, known: ColumnType) -> tuple[ColumnType, bool]:
     return found, False
 
 
-def infer_types(paths: list[str], names: list[str]) -> tuple[dict[str, ColumnType], set[str]]:
+def infer_types(
+    paths: list[str], names: list[str], missing_values: Sequence[str] = ()
+) -> tuple[dict[str, ColumnType], set[str]]:
     """Each column's type over every row of ``paths``, as TFX's ``ColumnTypeInferrer``, and
     the columns whose values all matched the patterns (converted by pyarrow alone)."""
     types = dict.fromkeys(names, ColumnType.UNKNOWN)
     plain = set(names)
     for path in paths:
-        for chunk in read_chunks(path, names):
+        for chunk in read_chunks(path, names, missing_values):
             for name, column in zip(names, chunk.columns):
                 if types[name] != ColumnType.STRING:
                     types[name], matched = cell_type(column.drop_null(), types[name])
@@ -284,15 +297,16 @@ def split_indices(records: list[bytes], buckets: list[int]) -> np.ndarray:
     return np.searchsorted(np.array(buckets, np.uint64), remainder, side="right")
 
 
-def examples(paths: list[str]) -> Iterator[list[bytes]]:
-    """The serialised tf.Examples of the CSV files ``paths`` (one header), in chunks."""
+def examples(paths: list[str], missing_values: Sequence[str] = ()) -> Iterator[list[bytes]]:
+    """The serialised tf.Examples of the CSV files ``paths`` (one header), in chunks; a cell
+    that is one of ``missing_values`` is an empty cell (a missing value)."""
     names = column_names(paths[0])
     for path in paths[1:]:
         if column_names(path) != names:
             raise RuntimeError(f"CSV files {paths[0]} and {path} have different headers.")
-    types, plain = infer_types(paths, names)
+    types, plain = infer_types(paths, names, missing_values)
     for path in paths:
-        for chunk in read_chunks(path, names):
+        for chunk in read_chunks(path, names, missing_values):
             yield serialize(
                 {name: (types[name], column) for name, column in zip(names, chunk.columns)},
                 plain,
@@ -351,9 +365,14 @@ def _write(writers: list[Any], records: list[bytes], index: np.ndarray | None) -
 
 
 def write_examples(
-    input_base: str, input_config: Any, output_config: Any, output: list[Any]
+    input_base: str,
+    input_config: Any,
+    output_config: Any,
+    output: list[Any],
+    missing_values: Sequence[str] = (),
 ) -> dict[str, int]:
-    """Writes every split's examples; returns the number per split.
+    """Writes every split's examples; returns the number per split (``missing_values``:
+    cells read as empty).
 
     One thread writes (TFRecordWriter compresses with the GIL released) while the next chunk
     is encoded; at most two chunks are in memory.
@@ -374,7 +393,7 @@ def write_examples(
         with ThreadPoolExecutor(1) as pool:
             pending = None
             for target, inputs in jobs:
-                for records in examples(inputs):
+                for records in examples(inputs, missing_values):
                     if target is None:
                         index = split_indices(records, buckets)
                         counts += np.bincount(index, minlength=len(split_names))
@@ -415,6 +434,28 @@ def streams(exec_properties: dict[str, Any], output_config: Any) -> bool:
     )
 
 
+def missing_values_config(missing_values: Sequence[str]) -> example_gen_pb2.CustomConfig:
+    """ExampleGen's ``custom_config`` that makes the CSV cells ``missing_values`` empty."""
+    config = example_gen_pb2.CustomConfig()
+    values = struct_pb2.Struct()
+    values.update({MISSING_VALUES_KEY: list(missing_values)})
+    config.custom_config.Pack(values)
+    return config
+
+
+def configured_missing_values(exec_properties: dict[str, Any]) -> tuple[str, ...]:
+    """The cells read as empty, from ExampleGen's ``custom_config`` (none by default)."""
+    text = exec_properties.get(standard_component_specs.CUSTOM_CONFIG_KEY)
+    if not text:
+        return ()
+    config = example_gen_pb2.CustomConfig()
+    proto_utils.json_to_proto(text, config)
+    values = struct_pb2.Struct()
+    if not config.custom_config.Unpack(values):
+        return ()
+    return tuple(values[MISSING_VALUES_KEY]) if MISSING_VALUES_KEY in values else ()
+
+
 class Executor(csv_executor.Executor):
     """TFX's CSV executor, streaming the conversion where it covers the configuration."""
 
@@ -427,7 +468,13 @@ class Executor(csv_executor.Executor):
         proto_utils.json_to_proto(
             exec_properties[standard_component_specs.OUTPUT_CONFIG_KEY], output_config
         )
+        missing_values = configured_missing_values(exec_properties)
         if not streams(exec_properties, output_config):
+            if missing_values:
+                raise ValueError(
+                    "Missing-value tokens are read by the streaming CSV conversion only: not "
+                    "with another payload or file format, or a partition feature."
+                )
             return super().Do(input_dict, output_dict, exec_properties)
         self._log_startup(input_dict, output_dict, exec_properties)
         output = output_dict[standard_component_specs.EXAMPLES_KEY]
@@ -440,6 +487,7 @@ class Executor(csv_executor.Executor):
             input_config,
             output_config,
             output,
+            missing_values,
         )
         _set_formats(output, exec_properties)
         return None

@@ -37,6 +37,7 @@ import os
 from typing import Any
 
 import tensorflow as tf
+from tfx.components.example_gen import component as example_gen_component
 from tfx.components.example_gen import driver as example_gen_driver
 from tfx.components.example_gen import input_processor
 from tfx.components.example_gen.csv_example_gen import component as csv_component
@@ -158,10 +159,29 @@ class ContentFingerprintDriver(example_gen_driver.FileBasedDriver):
 
 class CsvExampleGen(csv_component.CsvExampleGen):
     """``tfx.components.CsvExampleGen`` that fingerprints its input by content and its
-    output as written."""
+    output as written, and takes ExampleGen's ``custom_config`` (the cells to read as
+    missing: ``csv_examples.missing_values_config``), which TFX's CSV component does not
+    pass on."""
 
     EXECUTOR_SPEC = executor_spec.BeamExecutorSpec(CsvExecutor)
     DRIVER_CLASS = ContentFingerprintDriver
+
+    def __init__(
+        self,
+        input_base: str | None = None,
+        input_config: Any = None,
+        output_config: Any = None,
+        range_config: Any = None,
+        custom_config: Any = None,
+    ):
+        example_gen_component.FileBasedExampleGen.__init__(
+            self,
+            input_base=input_base,
+            input_config=input_config,
+            output_config=output_config,
+            custom_config=custom_config,
+            range_config=range_config,
+        )
 
 
 class ImportExampleGen(import_component.ImportExampleGen):

@@ -11,7 +11,8 @@ once; the Tuner, the Trainer, the model, the export and the run summary use it:
   ``MIN_PRESENT`` values, or no spread) gets a variance floor (``_floored_variance``) and
   a warning naming it, so that a value the training split never showed cannot blow up;
 - ``categorical`` (INT declared categorical, by ``--categorical`` or the schema's
-  ``int_domain.is_categorical``): an index per value, from the statistics' values where
+  ``int_domain.is_categorical``; a text column declared so stays ``string``, whose values
+  are categories already): an index per value, from the statistics' values where
   StatisticsGen counted them, else hashed into ``CATEGORY_BINS`` bins;
 - ``string`` (BYTES): the vocabulary of the most frequent values (up to ``MAX_VOCABULARY``,
   StatisticsGen's rank histogram); a missing or unseen value maps to index 0;
@@ -338,11 +339,11 @@ def describe(
     for name in chosen:
         spec, dtype = by_name[name], _raw_dtype(by_name[name])
         declared = spec.HasField("int_domain") and spec.int_domain.is_categorical
-        if name in categorical or declared:
+        if (name in categorical or declared) and dtype != "string":  # text: categories already
             if dtype != "int64":
                 raise ValueError(
-                    f"--categorical {name!r}: only integer columns can be declared categorical "
-                    f"({name!r} is {'text' if dtype == 'string' else 'fractional numbers'})."
+                    f"--categorical {name!r}: only integer and text columns can be declared "
+                    f"categorical ({name!r} holds fractional numbers)."
                 )
             feature = InputFeature(
                 name,

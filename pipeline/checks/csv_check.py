@@ -15,13 +15,18 @@ from __future__ import annotations
 import contextlib
 import csv
 import math
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from pathlib import Path
 
 from tfx_accum.components.data.feature_kinds import MAX_VOCABULARY, NUMERIC, STRING
 from tfx_accum.pipeline.checks.csv_numeric import numeric_summary
 from tfx_accum.pipeline.checks.data import CSV, DataError, DataSummary
 from tfx_accum.pipeline.checks.data_files import example_gen_files
+from tfx_accum.pipeline.checks.stray_tokens import (
+    MISSING_MARKERS,
+    StrayToken,
+    is_numbers_with_stray_tokens,
+)
 
 FIELD_LIMIT = csv.field_size_limit()  # 131,072: tfx_bsl parses with Python's csv module too
 
@@ -59,6 +64,10 @@ def _check_header(path: Path, header: list[str]) -> None:
             )
 
 
+def _shown(names: list[str], limit: int = 4) -> str:
+    return ",".join(names[:limit]) + (",..." if len(names) > limit else "")
+
+
 def _check_same_columns(path: Path, header: list[str], first: Path, columns: list[str]) -> None:
     if header == columns:
         return
@@ -91,29 +100,35 @@ def _number(value: str) -> float | None:
 class _Column:
     """What one column's values are, as CsvExampleGen will type them."""
 
-    def __init__(self, name: str):
+    def __init__(self, name: str, missing_values: frozenset[str] = frozenset()):
         self.name = name
+        self.missing_values = missing_values  # cells read as empty (--missing-values)
         self.numeric = True  # until a value is not a number
         self.integers = True  # until a value is not an integer (CsvExampleGen: INT)
-        self.first_text: tuple[str, int, str] | None = None  # (file, line, value)
         self.missing = 0
+        self.numbers = 0  # cells that are numbers
+        self.texts = 0  # cells that are not
+        self.tokens: dict[str, str] = {}  # the first text values: where each is first
         self.values: set[str] = set()  # up to MAX_VOCABULARY + 1 distinct values
 
     def add(self, value: str, path: Path, line: int) -> None:
-        if value == "":
+        if value == "" or value in self.missing_values:
             self.missing += 1
             return
         if len(self.values) <= MAX_VOCABULARY:
             self.values.add(value)
+        number = _number(value)
+        if number is None:
+            self.texts += 1
+            self.numeric = self.integers = False
+            if len(self.tokens) <= len(MISSING_MARKERS) and value not in self.tokens:
+                self.tokens[value] = f"{path}, line {line}"
+            return
+        self.numbers += 1
         if not self.numeric:
             return
-        number = _number(value)
-        if self.integers and (number is None or not _is_int(value)):
+        if self.integers and not _is_int(value):
             self.integers = False
-        if number is None:
-            self.numeric = False
-            self.first_text = (str(path), line, value)
-            return
         if value != value.strip():
             raise DataError(
                 f"{path}, line {line}, column {self.name!r}: {value!r} has spaces around it, "
@@ -123,6 +138,14 @@ class _Column:
             raise DataError(
                 f"{path}, line {line}, column {self.name!r}: {value!r} is not a finite number."
             )
+
+    def stray_token(self) -> StrayToken | None:
+        """The column's first text value if the column is numbers with stray tokens
+        (:mod:`~tfx_accum.pipeline.checks.stray_tokens`), else None (numbers only, or text)."""
+        if not is_numbers_with_stray_tokens(self.numbers, self.texts, self.tokens):
+            return None
+        token, where = next(iter(self.tokens.items()))
+        return StrayToken(self.name, token, where, self.numbers, self.numbers + self.texts)
 
 
 @contextlib.contextmanager
@@ -204,12 +227,19 @@ def _checked_header(files: list[Path], label_key: str) -> list[str]:
     return columns
 
 
-def validate_csv_dir(data_root: str, label_key: str) -> DataSummary:
+def validate_csv_dir(
+    data_root: str, label_key: str, missing_values: Collection[str] = ()
+) -> DataSummary:
     """Checks a CSV directory; raises DataError naming the file, line and column.
 
     A table of plain numbers is read by pyarrow (:mod:`~tfx_accum.pipeline.checks.csv_numeric`,
-    the same summary); any other cell by cell, here.
+    the same summary); any other cell by cell, here. ``missing_values``: cells read as
+    empty (``--missing-values``), as CsvExampleGen is told to. A line that repeats the
+    header (files joined with ``cat``) is an error; the columns of numbers with stray
+    tokens are recorded in the summary (``stray_tokens``) for :func:`decide_label`, which
+    knows the columns the model reads.
     """
+    missing_values = frozenset(missing_values)
     files = example_gen_files(data_root, CSV)
     for path in files:
         if not path.is_file():
@@ -223,7 +253,7 @@ def validate_csv_dir(data_root: str, label_key: str) -> DataSummary:
             f"files with a header row and a {label_key!r} column there."
         )
     columns = _checked_header(files, label_key)
-    summary = numeric_summary(files, columns, label_key)
+    summary = numeric_summary(files, columns, label_key, missing_values)
     if summary is not None:
         return summary
     tracked: list[_Column] = []
@@ -235,11 +265,17 @@ def validate_csv_dir(data_root: str, label_key: str) -> DataSummary:
         with _rows(path) as reader:
             header = next(reader)  # checked above
             if not tracked:
-                tracked = [_Column(name) for name in header]
+                tracked = [_Column(name, missing_values) for name in header]
             label_index = header.index(label_key)
             for line_no, row in enumerate(reader, start=2):
                 if not row:
                     continue
+                if row[:1] and [row[0].lstrip("\ufeff"), *row[1:]] == header:
+                    raise DataError(
+                        f"{path}, line {line_no} repeats the header line ({_shown(header)}): "
+                        "files joined with cat keep every part's header. Remove the line, "
+                        "or join the parts without their headers (tail -n +2)."
+                    )
                 if len(row) != len(header):
                     raise DataError(
                         f"{path}, line {line_no}: {len(row)} values for {len(header)} columns."
@@ -251,7 +287,7 @@ def validate_csv_dir(data_root: str, label_key: str) -> DataSummary:
                     copies = {i for i, v in enumerate(row) if v == label and i != label_index}
                 elif copies:
                     copies = {i for i in copies if row[i] == label}
-                if label == "":
+                if label == "" or label in missing_values:
                     raise DataError(
                         f"{path}, line {line_no}, column {label_key!r}: the label is missing; "
                         "every row needs one."
@@ -264,11 +300,6 @@ def validate_csv_dir(data_root: str, label_key: str) -> DataSummary:
     if len(columns) < 2:
         raise DataError("The CSV has no feature column besides the label.")
     features = [c for c in tracked if c.name != label_key]
-    for column in features:
-        if column.missing == rows:
-            raise DataError(
-                f"Column {column.name!r} is empty in every row of {data_root!r}; drop it."
-            )
     label = tracked[label_index]
     label_dtype = ("int" if label.integers else "float") if label.numeric else "string"
     kinds = tuple((c.name, NUMERIC if c.numeric else STRING) for c in features)
@@ -284,6 +315,7 @@ def validate_csv_dir(data_root: str, label_key: str) -> DataSummary:
         ),
         label_dtype=label_dtype,
         label_copies=tuple(columns[i] for i in sorted(copies or ())),
+        stray_tokens=tuple(s for s in (c.stray_token() for c in tracked) if s is not None),
         label_values=tuple(
             (value, label_counts[value], f"{path}, line {line}")
             for value, (path, line) in labels.items()

@@ -8,13 +8,15 @@ A table whose every cell is empty or a plain decimal number (``-12``, ``3.5``, `
 this reads it with pyarrow, column by column, and returns the same summary.
 
 Anything else (a text cell, ``nan``, ``+5``, a space, a blank line, a value over two
-lines, a cell pyarrow cannot parse, a missing label, an all-empty column) returns None, and
-the check reads the table cell by cell, so it reports what it always did.
+lines, a cell pyarrow cannot parse, a missing label) returns None, and the check reads the
+table cell by cell, so it reports what it always did. A cell that is one of the
+``missing_values`` (``--missing-values``) is an empty cell here too.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Collection
 from pathlib import Path
 
 import numpy as np
@@ -47,14 +49,14 @@ def _line_count(path: Path) -> int:
     return count + (last != b"\n")
 
 
-def _batches(path: Path, columns: list[str]):
+def _batches(path: Path, columns: list[str], missing_values: Collection[str]):
     reader = pa_csv.open_csv(
         str(path),
         read_options=pa_csv.ReadOptions(column_names=columns, skip_rows=1, block_size=BLOCK_BYTES),
         parse_options=pa_csv.ParseOptions(newlines_in_values=False, ignore_empty_lines=False),
         convert_options=pa_csv.ConvertOptions(
             column_types={name: pa.string() for name in columns},
-            null_values=[""],
+            null_values=["", *missing_values],
             strings_can_be_null=True,
             quoted_strings_can_be_null=True,
         ),
@@ -78,16 +80,20 @@ def _first_and_counts(label: pa.Array) -> list[tuple[str, int, int]]:
     return list(zip(values, first.tolist(), counts.tolist()))
 
 
-def numeric_summary(files: list[Path], columns: list[str], label_key: str) -> DataSummary | None:
+def numeric_summary(
+    files: list[Path], columns: list[str], label_key: str, missing_values: Collection[str] = ()
+) -> DataSummary | None:
     """The check's summary of ``files`` (one header, ``columns``), or None where a cell or
-    a line needs the cell-by-cell check."""
+    a line needs the cell-by-cell check (``missing_values``: cells read as empty)."""
     try:
-        return _summary(files, columns, label_key)
+        return _summary(files, columns, label_key, missing_values)
     except (pa.ArrowException, UnicodeDecodeError, ValueError):
         return None
 
 
-def _summary(files: list[Path], columns: list[str], label_key: str) -> DataSummary | None:
+def _summary(
+    files: list[Path], columns: list[str], label_key: str, missing_values: Collection[str]
+) -> DataSummary | None:
     label_index = columns.index(label_key)
     tracked = [_Column() for _ in columns]
     copies = set(range(len(columns))) - {label_index}
@@ -96,7 +102,7 @@ def _summary(files: list[Path], columns: list[str], label_key: str) -> DataSumma
     rows = 0
     for path in files:
         in_file = 0
-        for batch in _batches(path, columns):
+        for batch in _batches(path, columns, missing_values):
             for column, values in zip(tracked, batch.columns):
                 present = values.drop_null()
                 column.missing += values.null_count
@@ -121,7 +127,7 @@ def _summary(files: list[Path], columns: list[str], label_key: str) -> DataSumma
             return None
         rows += in_file
     features = [(name, c) for name, c in zip(columns, tracked) if name != label_key]
-    if rows == 0 or len(columns) < 2 or any(c.missing == rows for _, c in features):
+    if rows == 0 or len(columns) < 2:
         return None
     where = {str(path): n for n, path in enumerate(files)}
     order = sorted(first_seen, key=lambda v: (where[first_seen[v][0]], first_seen[v][1]))

@@ -16,9 +16,11 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import io
+from collections.abc import Sequence
 from pathlib import Path
 
 from tfx_accum.components.data.feature_kinds import CATEGORICAL, IMAGE, NUMERIC, STRING
+from tfx_accum.pipeline.checks.stray_tokens import StrayToken, refusal
 from tfx_accum.pipeline.errors import InputError
 from tfx_accum.pipeline.files import atomic_write, atomic_write_text
 
@@ -140,6 +142,8 @@ class DataSummary:
     label_values: tuple[tuple[str, int, str], ...] = ()
     # Features whose value equals the label's in every row: the answer, not a feature.
     label_copies: tuple[str, ...] = ()
+    # CSV columns of numbers with a few other values (pipeline/checks/stray_tokens.py).
+    stray_tokens: tuple[StrayToken, ...] = ()
     task: str = ""
     task_reason: str = ""
 
@@ -195,10 +199,11 @@ class DataSummary:
             list(kinds), settings.label_key, settings.features, settings.exclude_features
         )
         names = input_names(chosen)
+        categorical = set(settings.categorical_features)
         features = tuple(
             InputFeature(
                 name,
-                CATEGORICAL if name in settings.categorical_features else kinds[name],
+                CATEGORICAL if name in categorical and kinds[name] == NUMERIC else kinds[name],
                 input_name=names[name],
                 vocabulary=vocabularies.get(name, ()),
                 image_shape=shapes.get(name, (0, 0, 0)),
@@ -243,6 +248,24 @@ def _check_num_classes(summary: DataSummary, settings) -> None:
             )
 
 
+def _check_columns_read(summary: DataSummary, settings, chosen: list[str]) -> None:
+    """The columns the model reads (``chosen`` and the label), each with values, and none a
+    column of numbers with stray tokens unless ``--categorical`` says it is categories."""
+    rows, label_key = summary.rows, settings.label_key
+    for name, count in summary.missing:
+        if count == rows and rows and name in chosen:
+            raise DataError(
+                f"Column {name!r} is empty in every row: leave it out with "
+                f"--exclude-features {name} (or drop it from the data)."
+            )
+    for stray in summary.stray_tokens:
+        column = stray.column
+        if column == label_key or (
+            column in chosen and column not in settings.categorical_features
+        ):
+            raise DataError(refusal(stray, label_key))
+
+
 def decide_label(summary: DataSummary, settings) -> DataSummary:
     """``summary`` with the task and classes decided (components/data/tasks.py's rule), and the
     columns checked against ``settings`` (``ModelSettings``); a ``DataError`` otherwise.
@@ -265,6 +288,7 @@ def decide_label(summary: DataSummary, settings) -> DataSummary:
         )
     except ColumnError as error:
         raise DataError(str(error)) from None
+    _check_columns_read(summary, settings, chosen)
     leaks = [name for name in summary.label_copies if name in chosen]
     if leaks:
         raise DataError(
@@ -276,8 +300,10 @@ def decide_label(summary: DataSummary, settings) -> DataSummary:
     for name in settings.categorical_features:
         if name not in kinds:
             raise DataError(f"--categorical {name!r} is not a feature of the data.")
-        if kinds[name] not in (NUMERIC, CATEGORICAL):
-            raise DataError(f"--categorical {name!r}: only integer columns can be categories.")
+        if kinds[name] == IMAGE:
+            raise DataError(
+                f"--categorical {name!r}: only integer and text columns can be categories."
+            )
     values = summary.label_values
     if summary.label_dtype == "string":
         vocabulary = tuple(sorted(v for v, _, _ in values))
@@ -406,19 +432,29 @@ def data_format(data_root: str, requested: str | None = None) -> str:
 
 
 def validate_data_root(
-    data_root: str, settings, requested: str | None = None, schema_file: str | None = None
+    data_root: str,
+    settings,
+    requested: str | None = None,
+    schema_file: str | None = None,
+    missing_values: Sequence[str] = (),
 ) -> DataSummary:
     """Checks a data root (CSV or TFRecord files) as ExampleGen and the model will read it,
     under the user's schema if there is one, and decides the task (``settings``: the run's
-    ``ModelSettings``)."""
+    ``ModelSettings``; ``missing_values``: CSV cells read as missing)."""
     if data_format(data_root, requested) == TFRECORD:
         from tfx_accum.pipeline.checks.tfrecord_check import validate_tfrecord_dir
+
+        if missing_values:
+            raise DataError(
+                "--missing-values applies to CSV files; TFRecords mark a missing value by an "
+                "empty feature."
+            )
 
         summary = validate_tfrecord_dir(data_root, settings.label_key)
     else:
         from tfx_accum.pipeline.checks.csv_check import validate_csv_dir
 
-        summary = validate_csv_dir(data_root, settings.label_key)
+        summary = validate_csv_dir(data_root, settings.label_key, missing_values)
     if schema_file:
         from tfx_accum.pipeline.checks.schema_file import apply_schema, read_schema_file
 

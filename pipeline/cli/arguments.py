@@ -117,7 +117,16 @@ def pipeline_settings(args: argparse.Namespace) -> dict:
         bless_threshold=args.bless_threshold,
         parallel_trials=args.parallel_trials,
         fail_on_anomalies=getattr(args, "fail_on_anomalies", False),  # `run`'s option
+        missing_values=_missing_values(args),
     )
+
+
+def _missing_values(args: argparse.Namespace) -> tuple[str, ...]:
+    """``--missing-values``: CSV cells CsvExampleGen reads as missing (CSV only)."""
+    tokens = tuple(dict.fromkeys(args.missing_values))
+    if tokens and args.data_format == "tfrecord":
+        raise InputError("--missing-values applies to CSV files, not --data-format tfrecord.")
+    return tokens
 
 
 def blessing_from_args(args: argparse.Namespace, task: str) -> settings.Blessing:

@@ -55,6 +55,15 @@ def _name_list(text: str) -> tuple[str, ...]:
     return names
 
 
+def _token_list(text: str) -> tuple[str, ...]:
+    tokens = tuple(token.strip() for token in text.split(",") if token.strip())
+    if not tokens:
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated values such as N/A,-; got {text!r}"
+        )
+    return tokens
+
+
 def _csv(values: Sequence[int]) -> str:
     return ",".join(str(v) for v in values)
 
@@ -225,7 +234,15 @@ def _add_model_options(parser: argparse.ArgumentParser) -> None:
         default=(),
         metavar="NAMES",
         help="comma-separated integer columns that are categories (a zip code, an hour), "
-        "not quantities",
+        "not quantities; also a column of numbers with a few text values (a grade: K, 1..12)",
+    )
+    columns.add_argument(
+        "--missing-values",
+        type=_token_list,
+        default=(),
+        metavar="TOKENS",
+        help="comma-separated cell values CsvExampleGen reads as missing, in every CSV column "
+        "(e.g. N/A,-); without it a column of numbers holding such a value is refused",
     )
     columns.add_argument(
         "--schema",

@@ -45,7 +45,13 @@ def run(args: argparse.Namespace) -> int:
     # Your data is checked before anything is written (the output directory included);
     # the embedded data are written, if need be, once the directory is ours.
     if args.data_root:
-        checked = validate_data_root(args.data_root, requested, args.data_format, args.schema)
+        checked = validate_data_root(
+            args.data_root,
+            requested,
+            args.data_format,
+            args.schema,
+            missing_values=settings_["missing_values"],
+        )
     else:
         checked = decide_label(embedded_summary(args.embedded), requested)
     # The model must suit the data, the blessing its task, and the batch must fit in it.

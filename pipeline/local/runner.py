@@ -13,6 +13,7 @@ import os
 import re
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -121,16 +122,20 @@ def prepare_data(
     *,
     embedded: str = "digits",
     data_format: str | None = None,
+    missing_values: Sequence[str] = (),
 ) -> tuple[str, DataSummary]:
     """The data root to use (the embedded data set ``embedded`` when None), validated
     before anything runs; prints what it holds and the task.
 
     ``checked``: ``data_root``'s summary when the caller has validated it already.
+    ``missing_values``: CSV cells read as missing (``--missing-values``).
     """
     if data_root is None:
         data_root = str(write_embedded(embedded, paths.embedded_data_dir(embedded)))
         console.say(f"[data] no --data-root given: using the embedded {embedded} ({data_root})")
-    summary = checked or validate_data_root(data_root, settings, data_format)
+    summary = checked or validate_data_root(
+        data_root, settings, data_format, missing_values=missing_values
+    )
     files = "TFRecord" if summary.format == "tfrecord" else "CSV"
     console.say(
         f"[data] {len(summary.files)} {files} file(s), {summary.rows} rows, features: "
@@ -164,7 +169,12 @@ def run_local(
     paths.output_dir.mkdir(parents=True, exist_ok=True)
     model_settings = model_settings or ModelSettings()
     if checked is None:
-        data_root, checked = prepare_data(data_root, paths, model_settings)
+        data_root, checked = prepare_data(
+            data_root,
+            paths,
+            model_settings,
+            missing_values=pipeline_settings.get("missing_values", ()),
+        )
         model_settings = dataclasses.replace(
             model_settings, task=checked.task, num_classes=checked.num_classes
         )

@@ -57,8 +57,9 @@ def test_the_image_path_trains_on_png_examples_and_serves_image_bytes(tmp_path):
 
 
 def _tabular_csv(directory: Path) -> tuple[list[dict], list[str]]:
-    """scikit-learn's breast cancer data: 10 numeric columns with 5% of the cells empty, a
-    text column (size: small/medium/large, also with gaps) and text labels."""
+    """scikit-learn's breast cancer data: 10 numeric columns with 5% of the cells missing
+    (empty, or ``N/A`` in every other one), a text column (size: small/medium/large, also
+    with gaps), a column empty in every row (``notes``) and text labels."""
     from sklearn.datasets import load_breast_cancer
 
     data = load_breast_cancer()
@@ -71,13 +72,14 @@ def _tabular_csv(directory: Path) -> tuple[list[dict], list[str]]:
     directory.mkdir(parents=True)
     with (directory / "cancer.csv").open("w", newline="") as handle:
         writer = csv.writer(handle)
-        writer.writerow([*names, "size", "diagnosis"])
-        for values, size, target in zip(data.data[:, :10], sizes, data.target):
+        writer.writerow([*names, "size", "notes", "diagnosis"])
+        for index, (values, size, target) in enumerate(zip(data.data[:, :10], sizes, data.target)):
             row = {n: f"{v:.6g}" for n, v in zip(names, values) if rng.random() > 0.05}
             if rng.random() > 0.05:
                 row["size"] = str(size)
             label = str(data.target_names[target])
-            writer.writerow([row.get(n, "") for n in [*names, "size"]] + [label])
+            gap = "N/A" if index % 2 else ""
+            writer.writerow([row.get(n, gap) for n in names] + [row.get("size", ""), "", label])
             rows.append(row)
             labels.append(label)
     return rows, labels
@@ -104,14 +106,17 @@ def _example(row: dict, integers: set[str] = frozenset()) -> bytes:
 
 @pytest.mark.e2e
 def test_a_csv_with_text_columns_missing_values_and_text_labels(tmp_path):
+    """Also: ``N/A`` read as missing with --missing-values (the columns stay numeric), and
+    a column empty in every row left out with --exclude-features."""
     rows, labels = _tabular_csv(tmp_path / "data")
     out = tmp_path / "out"
     proc, _ = run_cli(
         "--output-dir", str(out), "--data-root", str(tmp_path / "data"),
         "--label-key", "diagnosis", *SMALL, "--accuracy-threshold", "0.85",
+        "--missing-values", "N/A", "--exclude-features", "notes",
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "features: 10 numeric, 1 string;" in proc.stdout and "missing values" in proc.stdout
+    assert "features: 11 numeric, 1 string;" in proc.stdout and "missing values" in proc.stdout
     assert "2 classes (benign, malignant)" in proc.stdout
     assert "blessed: yes" in proc.stdout
 

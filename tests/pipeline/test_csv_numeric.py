@@ -15,6 +15,7 @@ NUMERIC_TABLES = {
     "floats, missing cells, a float label": "a,b,label\n1.5,,0.25\n.5,-2e3,1\n,7,0.25\n-0,1E-2,3\n",
     "a column copying the label": "a,copy,label\n9,1,1\n8,0,0\n7,2,2\n",
     "quoted numbers, CRLF, no last line break": 'a,label\r\n"1",0\r\n2,"1"\r\n3,0',
+    "an empty column (refused later, if the model reads it)": "a,b,label\n,1,0\n,2,1\n,3,0\n",
     "many rows, labels first seen late": "a,label\n"
     + "".join(f"{i},{min(i // 700, 9)}\n" for i in range(7000)),
 }
@@ -27,7 +28,6 @@ OTHER_TABLES = {
     "a value over two lines": 'a,label\n"1\n",0\n2,1\n',
     "a missing label": "a,label\n1,\n2,1\n",
     "a short row": "a,b,label\n1,2,0\n2,1\n",
-    "an empty column": "a,b,label\n,1,0\n,2,1\n",
     "a string label": "a,label\n1,cat\n2,dog\n",
     "an overflow": "a,label\n1e999,0\n2,1\n",
 }
@@ -73,3 +73,14 @@ def test_any_other_table_is_left_to_the_cell_by_cell_check(tmp_path, name):
     (path,) = _write(tmp_path, [OTHER_TABLES[name]])
     header = OTHER_TABLES[name].split("\n", 1)[0].split(",")
     assert numeric_summary([path], header, "label") is None
+
+
+def test_missing_value_tokens_are_empty_cells_in_both_readings(tmp_path, monkeypatch):
+    tokens = ("N/A", "-")
+    _write(tmp_path, ["a,b,label\n1,N/A,0\n2,-,1\n3,4,0\n-,5,1\n"])
+    with monkeypatch.context() as patch:
+        patch.setattr(csv_check, "numeric_summary", lambda *args: None)
+        expected = csv_check.validate_csv_dir(str(tmp_path), "label", tokens)
+    fast = numeric_summary(sorted(tmp_path.glob("*.csv")), ["a", "b", "label"], "label", tokens)
+    assert fast == expected
+    assert dict(fast.missing) == {"a": 1, "b": 2} and not fast.stray_tokens
