@@ -1,9 +1,11 @@
 """Checks a directory of TFRecord files of ``tf.Example``s, as ImportExampleGen will read it.
 
 Every record must parse as a ``tf.Example`` with a label; a feature keeps one type across
-records; an image feature (bytes that start as a PNG or JPEG file) must decode in every
-record; a feature that some files never have is an error (the files disagree), while a
-record that lacks a numeric or string value is a missing value. Errors name the file, the
+records (one list type: ``int64`` in some records and ``float`` in others is refused, as
+StatisticsGen would fail on it) and holds at most one value, a finite number if numeric;
+an image feature (bytes that start as a PNG or JPEG file) must decode in every record; a
+feature that some files never have is an error (the files disagree), while a record that
+lacks a numeric or string value is a missing value. Errors name the file, the
 record (counted from 1) and the feature. It reads exactly the files ImportExampleGen will,
 ``*.tfrecord*`` (``data.tfrecord.bak`` too), decompressed as ImportExampleGen decompresses
 them (:mod:`~tfx_accum.pipeline.checks.data_files`: ``.gz`` as GZIP, other suffixes uncompressed).
@@ -12,6 +14,7 @@ them (:mod:`~tfx_accum.pipeline.checks.data_files`: ``.gz`` as GZIP, other suffi
 from __future__ import annotations
 
 import io
+import math
 from pathlib import Path
 
 from tfx_accum.components.data.feature_kinds import IMAGE, MAX_VOCABULARY, NUMERIC, STRING, is_image
@@ -74,6 +77,7 @@ def validate_tfrecord_dir(data_root: str, label_key: str) -> DataSummary:
     label_list = ""
     rows = 0
     per_file: dict[Path, set[str]] = {}  # the features each file has values of
+    lists: dict[str, tuple[str, str]] = {}  # feature -> its value list, where first seen
     for path in files:
         in_file: set[str] = set()
         records = 0
@@ -93,6 +97,7 @@ def validate_tfrecord_dir(data_root: str, label_key: str) -> DataSummary:
                 )
             for name, feature in features.items():
                 values = _values(feature)
+                _check_values(path, number, name, feature, values, lists)
                 kind = _KINDS.get(feature.WhichOneof("kind"))
                 if kind == STRING and values and is_image(values[0]):
                     kind = IMAGE
@@ -164,6 +169,38 @@ def validate_tfrecord_dir(data_root: str, label_key: str) -> DataSummary:
             for value, (path, number) in labels.items()
         ),
     )
+
+
+_LIST_TYPES = {"int64_list": "int64", "float_list": "float", "bytes_list": "bytes"}
+
+
+def _check_values(
+    path: Path, number: int, name: str, feature, values: list, lists: dict[str, tuple[str, str]]
+) -> None:
+    """One value per feature, of one list type in every record, and finite numbers: what
+    StatisticsGen can read (its decoder fails on a second type, naming no record) and what
+    the model reads (the first value of each feature; serving refuses non-finite ones)."""
+    kind = feature.WhichOneof("kind")
+    if kind is None:
+        return
+    first = lists.setdefault(name, (kind, f"{path}, record {number}"))
+    if first[0] != kind:
+        raise DataError(
+            f"{path}, record {number}, feature {name!r}: {_LIST_TYPES[kind]} values, while "
+            f"{first[1]} holds {_LIST_TYPES[first[0]]} values (even an empty list has a type); "
+            "StatisticsGen reads one type per feature: write it with one type in every record."
+        )
+    if len(values) > 1:
+        raise DataError(
+            f"{path}, record {number}, feature {name!r}: {len(values)} values; the model reads "
+            "one value per feature (it would keep the first): write one value per record, or "
+            "one feature per value."
+        )
+    if kind == "float_list" and values and not math.isfinite(values[0]):
+        raise DataError(
+            f"{path}, record {number}, feature {name!r}: {values[0]} is not a finite number; "
+            "a missing value is an empty feature (the served model refuses non-finite ones)."
+        )
 
 
 def _values(feature) -> list:

@@ -184,6 +184,59 @@ def test_a_header_line_repeated_inside_a_csv_is_named(text, cli, tmp_path):
     assert f"{root / 'all.csv'}, line 32 repeats the header line" in err
 
 
+# ---------------------------------------------------------------- TFRecords
+
+
+def _feature(values) -> tf.train.Feature:
+    if isinstance(values, tf.train.Feature):
+        return values
+    if all(isinstance(v, int) for v in values):
+        return tf.train.Feature(int64_list=tf.train.Int64List(value=values))
+    return tf.train.Feature(float_list=tf.train.FloatList(value=values))
+
+
+def _records(root: Path, special: dict[int, dict], count: int = 40) -> Path:
+    """``count`` records {x: float, label: int}; ``special``: record index (from 1) ->
+    features replaced there."""
+    root.mkdir(parents=True, exist_ok=True)
+    path = root / "data.tfrecord"
+    with tf.io.TFRecordWriter(str(path)) as writer:
+        for number in range(1, count + 1):
+            features = {"x": [float(number)], "label": [number % 2], **special.get(number, {})}
+            feature = {name: _feature(values) for name, values in features.items()}
+            writer.write(
+                tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
+            )
+    return root
+
+
+@pytest.mark.parametrize("name", ["x", "label"])
+def test_a_feature_or_label_with_several_values_is_refused_naming_the_record(name, cli, tmp_path):
+    values = [1.0, 2.0] if name == "x" else [0, 1]
+    root = _records(tmp_path / "records", {12: {name: values}})
+    err = _one_line(*cli(root))
+    assert f"{root / 'data.tfrecord'}, record 12, feature {name!r}: 2 values" in err
+
+
+@pytest.mark.parametrize(
+    "later",
+    [[7], tf.train.Feature(int64_list=tf.train.Int64List(value=[]))],
+    ids=["int64", "empty-int64"],
+)
+def test_int64_and_float_in_one_feature_is_refused_naming_both_records(later, cli, tmp_path):
+    root = _records(tmp_path / "records", {9: {"x": later}})
+    err = _one_line(*cli(root))
+    path = root / "data.tfrecord"
+    assert f"{path}, record 9, feature 'x': int64 values, while {path}, record 1 holds float" in err
+
+
+@pytest.mark.parametrize("value", [np.inf, -np.inf, np.nan], ids=["inf", "-inf", "nan"])
+def test_a_number_that_is_not_finite_in_records_is_refused(value, cli, tmp_path):
+    root = _records(tmp_path / "records", {5: {"x": [float(value)]}})
+    err = _one_line(*cli(root))
+    assert f"{root / 'data.tfrecord'}, record 5, feature 'x': " in err and "not a finite" in err
+
+
 # ---------------------------------------------------------------- an empty column left out
 
 
