@@ -35,6 +35,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from tfx_accum.pipeline.checks.paths import DERIVED_BYTES, check_path
 from tfx_accum.pipeline.errors import InputError
 
 LOCK_NAME = ".tfx-accum.lock"
@@ -42,30 +43,19 @@ METADATA_NAME = "metadata.sqlite"
 LOGS_NAME = "logs"
 
 
-def check_path_characters(option: str, path: str) -> None:
-    """A path with a control character (a newline) is refused: tfx_bsl and Beam match file
-    names with patterns whose ``.`` does not match a newline (a Trainer failed with
-    ``DataLossError``, reading gzip'd files as plain, four components into the run)."""
-    bad = next((c for c in str(path) if ord(c) < 0x20 or ord(c) == 0x7F), None)
-    if bad is not None:
-        raise InputError(
-            f"{option} {str(path)!r} holds the control character {bad!r}; TFX and Beam cannot "
-            "read files under such a path: rename it."
-        )
-
-
 def check(output_dir: Path, data_root: str | None = None, force: bool = False) -> None:
     """One-line errors for an output directory that cannot be used, before anything is
     written: a missing one is not created here (:func:`claim` does, once the data is
     checked too), only its nearest existing parent is checked for write access.
 
-    Also refused: a path with a control character; an output directory inside (or equal to)
+    Also refused: a path the stack cannot use (a control or glob character, a name or path
+    too long: :mod:`~tfx_accum.pipeline.checks.paths`); an output directory inside (or equal to)
     ``data_root``, whose files the next run would read as data; and, unless ``force``, a
     directory that holds files but no tfx-accum run's lock (someone else's files).
     """
-    check_path_characters("--output-dir", str(output_dir))
+    check_path("--output-dir", str(output_dir), derived=DERIVED_BYTES)
     if data_root is not None:
-        check_path_characters("--data-root", data_root)
+        check_path("--data-root", data_root)
         root = Path(data_root).resolve()
         if output_dir == root or root in output_dir.parents:
             raise InputError(

@@ -184,6 +184,29 @@ def test_a_header_line_repeated_inside_a_csv_is_named(text, cli, tmp_path):
     assert f"{root / 'all.csv'}, line 32 repeats the header line" in err
 
 
+# ---------------------------------------------------------------- --data-root read literally
+
+
+def test_a_data_root_with_glob_characters_is_refused_not_read_as_a_pattern(cli, tmp_path):
+    from apache_beam.io.filesystems import FileSystems
+
+    literal = _table(tmp_path / "data[1]", "a,b,label", _numbers())
+    sibling = _table(tmp_path / "data1", "a,b,label", [r + "0" for r in _numbers()])
+    # What ExampleGen would read: TensorFlow's glob and Beam's match take the sibling's files.
+    assert tf.io.gfile.glob(f"{literal}/*.csv") == [str(sibling / "d.csv")]
+    (matched,) = FileSystems.match([f"{literal}/*.csv"])
+    assert [m.path for m in matched.metadata_list] == [str(sibling / "d.csv")]
+    err = _one_line(*cli(literal))
+    assert f"--data-root {str(literal)!r}" in err and "holds '['" in err
+
+
+@pytest.mark.parametrize("character", ["*", "?", "["])
+def test_an_output_directory_with_glob_characters_is_refused(character, cli, tmp_path):
+    root = _table(tmp_path / "data", "a,b,label", _numbers())
+    err = _one_line(*cli(root, output=tmp_path / f"out{character}1"))
+    assert "--output-dir" in err and f"holds {character!r}" in err
+
+
 # ---------------------------------------------------------------- TFRecords
 
 
@@ -237,6 +260,29 @@ def test_a_number_that_is_not_finite_in_records_is_refused(value, cli, tmp_path)
     assert f"{root / 'data.tfrecord'}, record 5, feature 'x': " in err and "not a finite" in err
 
 
+# ---------------------------------------------------------------- path lengths
+
+
+@pytest.mark.parametrize("option", ["--output-dir", "--data-root"])
+def test_a_name_over_255_bytes_is_refused_in_one_line(option, cli, tmp_path):
+    root = _table(tmp_path / "data", "a,b,label", _numbers())
+    long = tmp_path / ("é" * 130)  # 260 bytes
+    if option == "--output-dir":
+        err = _one_line(*cli(root, output=long / "out"))
+    else:
+        err = _one_line(*cli(long / "data"))
+    assert option in err and "260 bytes long, over the file system's limit of 255" in err
+
+
+def test_an_output_directory_too_long_for_the_paths_a_run_writes_is_refused(cli, tmp_path):
+    root = _table(tmp_path / "data", "a,b,label", _numbers())
+    deep = Path(tmp_path, *["d" * 200] * ((4096 - len(str(tmp_path))) // 201 - 1))
+    assert 3800 < len(str(deep)) < 4096 - 20  # itself a usable path
+    err = _one_line(*cli(root, output=deep))
+    assert "--output-dir" in err and "over the system's limit of 4,096 bytes" in err
+    assert not deep.exists()
+
+
 # ---------------------------------------------------------------- an empty column left out
 
 
@@ -249,3 +295,43 @@ def test_an_empty_column_left_out_is_accepted_and_refused_when_read(cli, tmp_pat
         cli(root, "--exclude-features", "e")
     with pytest.raises(Started):
         cli(root, "--features", "a,b")
+
+
+# ---------------------------------------------------------------- held: read as ExampleGen reads
+
+HELD = {
+    "CRLF line ends": ("a,b,label\r\n", "\r\n", None),
+    "a quoted text cell over two lines": ("a,t,label\n", "\n", None),
+    "unicode column names": ("größe,b,label\n", "\n", None),
+    "semicolons": ("a;b;label\n", "\n", "has no label column 'label'"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(HELD))
+def test_held_csv_forms_are_read_as_example_gen_reads_them(name, cli, tmp_path):
+    from tfx_accum.components.data import csv_examples
+
+    header, end, refused = HELD[name]
+    cells = [r.split(",") for r in _numbers()]
+    if "quoted" in name:
+        cells = [[a, '"two\nlines"' if int(a) % 2 else "one", label] for a, _, label in cells]
+    separator = ";" if name == "semicolons" else ","
+    root = tmp_path / "data"
+    root.mkdir()
+    (root / "d.csv").write_bytes(
+        (header + end.join(separator.join(c) for c in cells) + end).encode()
+    )
+    if refused:
+        assert refused in _one_line(*cli(root))
+        return
+    with pytest.raises(Started) as started:
+        cli(root)
+    checked = started.value.args[0]["checked"]
+    written = [r for chunk in csv_examples.examples([str(root / "d.csv")]) for r in chunk]
+    assert checked.rows == len(written) == ROWS
+
+
+def test_files_with_columns_in_another_order_are_refused(cli, tmp_path):
+    root = _table(tmp_path / "data", "a,b,label", _numbers())
+    _table(root, "b,a,label", _numbers(), name="e.csv")
+    assert "e.csv has the columns of" in _one_line(*cli(root))
