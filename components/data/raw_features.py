@@ -118,13 +118,61 @@ def dense_raw(parsed: dict[str, Any], data: DataDescription, with_label: bool = 
 
 
 def parse_raw(
-    serialized: tf.Tensor, data: DataDescription, with_label: bool = False
+    serialized: tf.Tensor, data: DataDescription, with_label: bool = False, finite: bool = False
 ) -> dict[str, tf.Tensor]:
-    """Dense raw features of a batch of serialized examples (see :func:`dense_raw`)."""
+    """Dense raw features of a batch of serialized examples (see :func:`dense_raw`); with
+    ``finite``, a number that is not finite is an error (:func:`assert_finite_numbers`)."""
     dtypes = {f.name: f.raw_dtype for f in data.features}
     if with_label:
         dtypes[data.label_key] = _label_dtype(data)
-    return dense_raw(tf.io.parse_example(serialized, raw_spec(dtypes)), data, with_label)
+    parsed = tf.io.parse_example(serialized, raw_spec(dtypes))
+    if finite:
+        assert_finite_numbers(parsed)
+    return dense_raw(parsed, data, with_label)
+
+
+NOT_FINITE = (
+    "A served example holds a number that is not finite (inf, -inf or NaN): send finite "
+    "numbers, and leave a missing value out of the example. Feature, example, value:"
+)
+
+
+def _values_and_rows(column) -> tuple[tf.Tensor, tf.Tensor]:
+    """A parsed column's values and the example each belongs to, whatever its form."""
+    if isinstance(column, tf.RaggedTensor):
+        ids = column.nested_value_rowids()
+        rows = ids[-1]
+        for outer in reversed(ids[:-1]):
+            rows = tf.gather(outer, rows)
+        return column.flat_values, rows
+    if isinstance(column, tf.SparseTensor):
+        return column.values, column.indices[:, 0]
+    column = tf.convert_to_tensor(column)
+    rows = tf.range(tf.shape(column, out_type=tf.int64)[0])
+    width = tf.reduce_prod(tf.shape(column, out_type=tf.int64)[1:])
+    return tf.reshape(column, [-1]), tf.repeat(rows, width)
+
+
+@tf.autograph.experimental.do_not_convert  # Python over features, no tensor control flow
+def assert_finite_numbers(parsed: dict[str, Any]) -> None:
+    """Raises ``InvalidArgumentError`` naming the feature, the example (from 0) and the
+    value where a floating-point feature of ``parsed`` holds inf, -inf or NaN (a missing
+    value is an absent feature, never NaN). One check over all the columns at once, so the
+    graph holds a few ops whatever the width."""
+    names = [n for n, c in parsed.items() if c.dtype.is_floating]
+    if not names:
+        return
+    pairs = [_values_and_rows(parsed[n]) for n in names]
+    values = tf.concat([tf.cast(v, tf.float32) for v, _ in pairs] + [tf.zeros([1])], 0)
+    rows = tf.concat([tf.cast(r, tf.int64) for _, r in pairs] + [tf.zeros([1], tf.int64)], 0)
+    sizes = [tf.size(v, out_type=tf.int64) for v, _ in pairs] + [tf.ones([], tf.int64)]
+    columns = tf.repeat(tf.range(len(names) + 1), tf.stack(sizes))
+    finite = tf.math.is_finite(values)
+    first = tf.argmax(tf.cast(tf.logical_not(finite), tf.int32))  # the sentinel if none
+    feature = tf.gather(tf.constant([*names, ""]), tf.gather(columns, first))
+    tf.debugging.Assert(
+        tf.reduce_all(finite), [NOT_FINITE, feature, tf.gather(rows, first), values[first]]
+    )
 
 
 def parse_label(serialized: tf.Tensor, data: DataDescription) -> tf.Tensor:

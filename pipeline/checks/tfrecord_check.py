@@ -5,7 +5,9 @@ records (one list type: ``int64`` in some records and ``float`` in others is ref
 StatisticsGen would fail on it) and holds at most one value, a finite number if numeric;
 an image feature (bytes that start as a PNG or JPEG file) must decode in every record; a
 feature that some files never have is an error (the files disagree), while a record that
-lacks a numeric or string value is a missing value. Errors name the file, the
+lacks a numeric or string value is a missing value. A file must end where a record ends
+(TensorFlow's reader takes a file cut inside a record's length field for a clean end;
+Beam's, ImportExampleGen's, fails on it). Errors name the file, the
 record (counted from 1) and the feature. It reads exactly the files ImportExampleGen will,
 ``*.tfrecord*`` (``data.tfrecord.bak`` too), decompressed as ImportExampleGen decompresses
 them (:mod:`~tfx_accum.pipeline.checks.data_files`: ``.gz`` as GZIP, other suffixes uncompressed).
@@ -34,14 +36,49 @@ def _records(path: Path):
             "this check cannot read; decompress it, or compress it with gzip (.gz)."
         )
     dataset = tf.data.TFRecordDataset(str(path), compression_type=kind)
+    read = 0  # bytes of the records so far: 12 of length, the record, 4 of checksum
+    number = 0
     try:
-        yield from enumerate(dataset.as_numpy_iterator(), start=1)
+        for number, record in enumerate(dataset.as_numpy_iterator(), start=1):
+            read += RECORD_FRAMING + len(record)
+            yield number, record
     except tf.errors.OpError as error:
+        raise DataError(_unreadable(path, error.message.splitlines()[0])) from None
+    length = _data_length(path, kind)
+    if length != read:
+        # TensorFlow's reader takes a file cut inside a record's length field for its end;
+        # Beam's, ImportExampleGen's, fails on it ("Not a valid TFRecord").
         raise DataError(
-            f"{path} is not a readable TFRecord file ({error.message.splitlines()[0]}); "
-            "ImportExampleGen reads every file matching *.tfrecord* in the data root, those "
-            "ending .gz as GZIP, others uncompressed: fix it, or move it out of the data root."
-        ) from None
+            _unreadable(path, f"{length - read} bytes after record {number} are not a record")
+        )
+
+
+RECORD_FRAMING = 16
+
+
+def _data_length(path: Path, kind: str) -> int:
+    """The bytes of ``path`` as the reader sees them: decompressed for GZIP."""
+    if kind != "GZIP":
+        return path.stat().st_size
+    import gzip
+    import zlib
+
+    length = 0
+    try:
+        with gzip.open(path, "rb") as handle:
+            while block := handle.read(2**20):
+                length += len(block)
+    except (OSError, EOFError, zlib.error):
+        return -1  # cut short: unequal to any sum of records
+    return length
+
+
+def _unreadable(path: Path, why: str) -> str:
+    return (
+        f"{path} is not a readable TFRecord file ({why}); ImportExampleGen reads every file "
+        "matching *.tfrecord* in the data root, those ending .gz as GZIP, others "
+        "uncompressed: fix it (a file cut short?), or move it out of the data root."
+    )
 
 
 def _image_shape(path: Path, number: int, name: str, data: bytes) -> tuple[int, int, int]:

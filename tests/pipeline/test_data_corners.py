@@ -335,3 +335,16 @@ def test_files_with_columns_in_another_order_are_refused(cli, tmp_path):
     root = _table(tmp_path / "data", "a,b,label", _numbers())
     _table(root, "b,a,label", _numbers(), name="e.csv")
     assert "e.csv has the columns of" in _one_line(*cli(root))
+
+
+@pytest.mark.parametrize("name", ["data.tfrecord", "data.tfrecord.gz"])
+def test_a_tfrecord_file_cut_short_is_refused_naming_it(name, cli, tmp_path):
+    root = _records(tmp_path / "records", {})
+    data = (root / "data.tfrecord").read_bytes()
+    (root / "data.tfrecord").unlink()
+    if name.endswith(".gz"):
+        import gzip
+
+        data = gzip.compress(data)
+    (root / name).write_bytes(data[: len(data) // 2 + 5])  # inside a record
+    assert f"{root / name} is not a readable TFRecord file" in _one_line(*cli(root))
