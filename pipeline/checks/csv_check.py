@@ -109,6 +109,7 @@ class _Column:
         self.numbers = 0  # cells that are numbers
         self.texts = 0  # cells that are not
         self.tokens: dict[str, str] = {}  # the first text values: where each is first
+        self.texts_seen: set[str] = set()  # up to MAX_VOCABULARY text values (no float())
         self.values: set[str] = set()  # up to MAX_VOCABULARY + 1 distinct values
 
     def add(self, value: str, path: Path, line: int) -> None:
@@ -117,10 +118,15 @@ class _Column:
             return
         if len(self.values) <= MAX_VOCABULARY:
             self.values.add(value)
+        if value in self.texts_seen:
+            self.texts += 1
+            return
         number = _number(value)
         if number is None:
             self.texts += 1
             self.numeric = self.integers = False
+            if len(self.texts_seen) < MAX_VOCABULARY:
+                self.texts_seen.add(value)
             if len(self.tokens) <= len(MISSING_MARKERS) and value not in self.tokens:
                 self.tokens[value] = f"{path}, line {line}"
             return
@@ -267,10 +273,11 @@ def validate_csv_dir(
             if not tracked:
                 tracked = [_Column(name, missing_values) for name in header]
             label_index = header.index(label_key)
+            firsts = {header[0], "\ufeff" + header[0]}  # a part's header may keep its BOM
             for line_no, row in enumerate(reader, start=2):
                 if not row:
                     continue
-                if row[:1] and [row[0].lstrip("\ufeff"), *row[1:]] == header:
+                if row[0] in firsts and row[1:] == header[1:]:
                     raise DataError(
                         f"{path}, line {line_no} repeats the header line ({_shown(header)}): "
                         "files joined with cat keep every part's header. Remove the line, "
