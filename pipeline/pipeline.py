@@ -27,12 +27,12 @@ from tfx.orchestration.pipeline import Pipeline
 from tfx.proto import example_gen_pb2, pusher_pb2, trainer_pb2
 
 from tfx_accum.components.data import tasks
-from tfx_accum.components.data.csv_examples import missing_values_config
 from tfx_accum.components.data.example_fingerprint import (
     CsvExampleGen,
     ImportExampleGen,
     ImportSchemaGen,
 )
+from tfx_accum.components.data.missing_values import missing_values_config
 from tfx_accum.components.search.search_space import SearchSpace
 from tfx_accum.components.settings import (
     BEST_TRIAL_BUDGET,

@@ -22,9 +22,9 @@ may (a large input is spread over up to :data:`MAX_SHARDS` files per split) and 
 level. Configurations this does not cover
 (another payload or file format, a partition feature) run TFX's executor unchanged.
 
-ExampleGen's ``custom_config`` may name cells to read as empty (``--missing-values``: a
-``Struct`` with ``missing_values``, :func:`missing_values_config`): ``N/A`` in a column of
-numbers is then a missing value, not a cell that makes the column text. TFX's executor has
+ExampleGen's ``custom_config`` may name cells to read as empty (``--missing-values``:
+:mod:`~tfx_accum.components.data.missing_values`): ``N/A`` in a column of numbers is then a
+missing value, not a cell that makes the column text. TFX's executor has
 no such option, so a configuration it would run refuses them.
 """
 
@@ -43,7 +43,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import tensorflow as tf
-from google.protobuf import struct_pb2
 from pyarrow import csv as pa_csv
 from tfx.components.example_gen import utils, write_split
 from tfx.components.example_gen.csv_example_gen import executor as csv_executor
@@ -52,6 +51,8 @@ from tfx.proto import example_gen_pb2
 from tfx.types import artifact_utils, standard_component_specs
 from tfx.utils import io_utils, proto_utils
 from tfx_bsl.coders import csv_decoder, example_coder
+
+from tfx_accum.components.data.missing_values import configured_missing_values
 
 ColumnType = csv_decoder.ColumnType
 CHUNK_ROWS = 32_768  # rows encoded at a time: bounds the memory
@@ -70,8 +71,6 @@ COMPRESSION = tf.io.TFRecordOptions(compression_type="GZIP", compression_level=1
 INT_PATTERN = r"^-?[0-9]{1,18}$"
 FLOAT_PATTERN = r"^-?(([0-9]+\.[0-9]*|\.[0-9]+)([eE][-+]?[0-9]{1,2})?|[0-9]+[eE][-+]?[0-9]{1,2})$"
 NUMBER_PATTERN = f"({INT_PATTERN})|({FLOAT_PATTERN})"  # what a float column converts fast
-# ExampleGen's custom_config (a Struct): the cells read as empty (``--missing-values``).
-MISSING_VALUES_KEY = "missing_values"
 
 
 def column_names(path: str) -> list[str]:
@@ -432,28 +431,6 @@ def streams(exec_properties: dict[str, Any], output_config: Any) -> bool:
         in (None, example_gen_pb2.FILE_FORMAT_UNSPECIFIED, example_gen_pb2.FORMAT_TFRECORDS_GZIP)
         and not output_config.split_config.HasField("partition_feature_name")
     )
-
-
-def missing_values_config(missing_values: Sequence[str]) -> example_gen_pb2.CustomConfig:
-    """ExampleGen's ``custom_config`` that makes the CSV cells ``missing_values`` empty."""
-    config = example_gen_pb2.CustomConfig()
-    values = struct_pb2.Struct()
-    values.update({MISSING_VALUES_KEY: list(missing_values)})
-    config.custom_config.Pack(values)
-    return config
-
-
-def configured_missing_values(exec_properties: dict[str, Any]) -> tuple[str, ...]:
-    """The cells read as empty, from ExampleGen's ``custom_config`` (none by default)."""
-    text = exec_properties.get(standard_component_specs.CUSTOM_CONFIG_KEY)
-    if not text:
-        return ()
-    config = example_gen_pb2.CustomConfig()
-    proto_utils.json_to_proto(text, config)
-    values = struct_pb2.Struct()
-    if not config.custom_config.Unpack(values):
-        return ()
-    return tuple(values[MISSING_VALUES_KEY]) if MISSING_VALUES_KEY in values else ()
 
 
 class Executor(csv_executor.Executor):

@@ -146,6 +146,7 @@ def test_a_stray_token_in_a_column_left_out_is_not_refused(cli, tmp_path):
 
 def test_example_gen_reads_the_missing_values_as_empty_cells(tmp_path):
     from tfx_accum.components.data import csv_examples
+    from tfx_accum.components.data.missing_values import configured_missing_values
     from tfx_accum.pipeline.pipeline import example_gen_component
 
     rows = _numbers(6)
@@ -162,11 +163,8 @@ def test_example_gen_reads_the_missing_values_as_empty_cells(tmp_path):
     assert list(read[2].float_list.value) == [] and len(read[0].float_list.value) == 1
     component = example_gen_component(str(tmp_path), "csv", ("N/A", "-"))
     properties = component.exec_properties
-    assert csv_examples.configured_missing_values(properties) == ("N/A", "-")
-    assert (
-        csv_examples.configured_missing_values(example_gen_component("x", "csv").exec_properties)
-        == ()
-    )
+    assert configured_missing_values(properties) == ("N/A", "-")
+    assert configured_missing_values(example_gen_component("x", "csv").exec_properties) == ()
 
 
 # ---------------------------------------------------------------- a repeated header line
