@@ -137,42 +137,40 @@ NOT_FINITE = (
 )
 
 
-def _values_and_rows(column) -> tuple[tf.Tensor, tf.Tensor]:
-    """A parsed column's values and the example each belongs to, whatever its form."""
+def _as_flat_ragged(column) -> tf.RaggedTensor:
+    """A parsed column as ``(batch, None)`` ragged values: ``parse_example``'s ragged ones as
+    they are (no op), TFXIO's or Transform's sparse and dense ones converted."""
     if isinstance(column, tf.RaggedTensor):
-        ids = column.nested_value_rowids()
-        rows = ids[-1]
-        for outer in reversed(ids[:-1]):
-            rows = tf.gather(outer, rows)
-        return column.flat_values, rows
+        return column if column.ragged_rank == 1 else column.merge_dims(1, -1)
     if isinstance(column, tf.SparseTensor):
-        return column.values, column.indices[:, 0]
+        return tf.RaggedTensor.from_sparse(tf.sparse.reshape(column, [column.dense_shape[0], -1]))
     column = tf.convert_to_tensor(column)
-    rows = tf.range(tf.shape(column, out_type=tf.int64)[0])
-    width = tf.reduce_prod(tf.shape(column, out_type=tf.int64)[1:])
-    return tf.reshape(column, [-1]), tf.repeat(rows, width)
+    return tf.RaggedTensor.from_tensor(tf.reshape(column, [tf.shape(column)[0], -1]))
 
 
 @tf.autograph.experimental.do_not_convert  # Python over features, no tensor control flow
 def assert_finite_numbers(parsed: dict[str, Any]) -> None:
     """Raises ``InvalidArgumentError`` naming the feature, the example (from 0) and the
     value where a floating-point feature of ``parsed`` holds inf, -inf or NaN (a missing
-    value is an absent feature, never NaN). One check over all the columns at once, so the
-    graph holds a few ops whatever the width."""
+    value is an absent feature, never NaN). One check over the columns' values concatenated,
+    as :func:`_first_numbers` reads them, so that the graph holds a fixed number of ops
+    whatever the width; the first bad value's column and example are found from its
+    position."""
     names = [n for n, c in parsed.items() if c.dtype.is_floating]
     if not names:
         return
-    pairs = [_values_and_rows(parsed[n]) for n in names]
-    values = tf.concat([tf.cast(v, tf.float32) for v, _ in pairs] + [tf.zeros([1])], 0)
-    rows = tf.concat([tf.cast(r, tf.int64) for _, r in pairs] + [tf.zeros([1], tf.int64)], 0)
-    sizes = [tf.size(v, out_type=tf.int64) for v, _ in pairs] + [tf.ones([], tf.int64)]
-    columns = tf.repeat(tf.range(len(names) + 1), tf.stack(sizes))
+    columns = [_as_flat_ragged(parsed[n]) for n in names]
+    values = tf.concat([tf.cast(c.flat_values, tf.float32) for c in columns] + [[0.0]], 0)
+    splits = tf.stack([tf.cast(c.row_splits, tf.int64) for c in columns])  # (n, batch + 1)
+    ends = tf.cumsum(splits[:, -1])  # where each column's values end in ``values``
     finite = tf.math.is_finite(values)
-    first = tf.argmax(tf.cast(tf.logical_not(finite), tf.int32))  # the sentinel if none
-    feature = tf.gather(tf.constant([*names, ""]), tf.gather(columns, first))
-    tf.debugging.Assert(
-        tf.reduce_all(finite), [NOT_FINITE, feature, tf.gather(rows, first), values[first]]
-    )
+    first = tf.argmax(tf.cast(tf.logical_not(finite), tf.int64))  # the appended 0 if none
+    column = tf.searchsorted(ends, first[None], side="right")[0]  # n for the appended 0
+    starts = tf.concat([[0], ends], 0)
+    splits = tf.concat([splits, tf.zeros_like(splits[:1])], 0)
+    example = tf.searchsorted(splits[column], (first - starts[column])[None], side="right")[0]
+    feature = tf.gather(tf.constant([*names, ""]), column)
+    tf.debugging.Assert(tf.reduce_all(finite), [NOT_FINITE, feature, example - 1, values[first]])
 
 
 def parse_label(serialized: tf.Tensor, data: DataDescription) -> tf.Tensor:

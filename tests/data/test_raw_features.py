@@ -9,6 +9,7 @@ with several values, integer and float columns, and an empty batch.
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from tfx_accum.components.data import raw_features
@@ -74,14 +75,15 @@ def test_an_empty_batch_and_a_batch_without_numbers():
         np.testing.assert_array_equal(none[name].numpy(), np.full((2, 1), np.nan, np.float32))
 
 
-def test_the_serving_graph_does_not_grow_with_the_columns():
+@pytest.mark.parametrize("finite", [False, True], ids=["parse", "and-refuse-non-finite"])
+def test_the_serving_graph_does_not_grow_with_the_columns(finite):
     def ops(width: int) -> int:
         """The graph's ops, without the Identity that names each returned column."""
         data = DataDescription.numeric([f"x{i}" for i in range(width)], 2)
 
         @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
         def parse(serialized):
-            return raw_features.parse_raw(serialized, data)
+            return raw_features.parse_raw(serialized, data, finite=finite)
 
         graph = parse.get_concrete_function().graph
         return sum(op.type != "Identity" for op in graph.get_operations())

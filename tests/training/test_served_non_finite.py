@@ -56,24 +56,23 @@ def served(request, tmp_path_factory):
 GOOD = {"f0": 0.5, "f1": -1.0, "f2": 0.25, "f3": 2.0}
 
 
+def _refusal(serve, rows: list[dict]) -> str:
+    """The message of the InvalidArgumentError ``serving_default`` raises on ``rows``."""
+    with pytest.raises(tf.errors.InvalidArgumentError) as raised:
+        serve(examples=tf.constant([_example(row) for row in rows]))
+    return raised.value.message
+
+
 @pytest.mark.parametrize("bad", [np.inf, -np.inf, np.nan], ids=["inf", "-inf", "nan"])
 def test_a_non_finite_input_is_refused_naming_the_feature_and_the_example(served, bad):
-    task, serve, *_ = served
-    rows = [_example(GOOD), _example({**GOOD, "f2": bad})]
-    with pytest.raises(tf.errors.InvalidArgumentError) as raised:
-        serve(examples=tf.constant(rows))
-    message = raised.value.message
+    message = _refusal(served[1], [GOOD, {**GOOD, "f2": bad}])
     assert "not finite" in message
     # The feature, the example (from 0) and the value, as Assert prints its data.
     assert re.search(r"\[b?'?f2'?\] \[1\] \[-?(inf|nan)\]", message), message
 
 
 def test_a_number_too_large_for_float32_arithmetic_is_refused_naming_the_feature(served):
-    task, serve, *_ = served
-    rows = [_example(GOOD), _example(GOOD), _example({**GOOD, "f1": 3e38})]
-    with pytest.raises(tf.errors.InvalidArgumentError) as raised:
-        serve(examples=tf.constant(rows))
-    message = raised.value.message
+    message = _refusal(served[1], [GOOD, GOOD, {**GOOD, "f1": 3e38}])
     assert "cannot compute with in float32" in message
     assert re.search(r"\[2\] \[b?'?f1'?\] \[3\.0\d*e\+38\]", message), message
 
@@ -86,3 +85,24 @@ def test_finite_requests_and_missing_features_are_scored_as_the_model_scores_the
     expected = preprocessor.decode_prediction(tf.cast(expected, tf.float32)).numpy()
     assert np.isfinite(served_output).all()
     np.testing.assert_allclose(served_output, expected, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("form", ["dense", "sparse", "ragged"])
+def test_the_check_names_the_feature_and_example_in_every_parsed_form(form):
+    """Transform's serving spec parses dense and sparse tensors, ``parse_raw`` ragged ones."""
+    from tfx_accum.components.data.raw_features import assert_finite_numbers
+
+    values = np.array([[1.0], [2.0], [np.inf], [4.0]], np.float32)
+    column = {
+        "dense": tf.constant(values),
+        "sparse": tf.sparse.from_dense(tf.constant(values)),
+        "ragged": tf.RaggedTensor.from_tensor(tf.constant(values)),
+    }[form]
+    parsed = {
+        "ok": tf.ragged.constant([[0.5], [], [1.5], [2.5]]),
+        "x": column,
+        "n": tf.constant([1]),
+    }
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"\[x\] \[2\] \[inf\]"):
+        tf.function(lambda: assert_finite_numbers(parsed))()  # as in the served graph
+    tf.function(lambda: assert_finite_numbers({**parsed, "x": tf.zeros([4, 1])}))()  # finite
