@@ -102,4 +102,10 @@ def apply_schema(summary: DataSummary, schema, label_key: str) -> tuple[DataSumm
     kept = tuple(
         (n, CATEGORICAL if n in categorical else k) for n, k in summary.kinds if n in declared
     )
-    return dataclasses.replace(summary, kinds=kept), dropped
+    # A column the schema types BYTES is text by the user's word, stray tokens or not.
+    stray = tuple(
+        s
+        for s in summary.stray_tokens
+        if s.column not in declared or declared[s.column].type != schema_pb2.BYTES
+    )
+    return dataclasses.replace(summary, kinds=kept, stray_tokens=stray), dropped

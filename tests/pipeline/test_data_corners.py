@@ -137,6 +137,22 @@ def test_categorical_reads_a_column_of_numbers_with_text_as_categories(cli, tmp_
     assert dict(started.value.args[0]["checked"].kinds)["grade"] == "string"
 
 
+def test_a_schema_typing_the_column_bytes_reads_it_as_text(cli, tmp_path):
+    grades = ["K", *map(str, range(1, 13))]
+    rows = [f"{i},{grades[i % 13]},{i % 2}" for i in range(ROWS)]
+    root = _table(tmp_path / "data", "a,grade,label", rows)
+    schema = tmp_path / "schema.pbtxt"
+    schema.write_text(
+        "".join(
+            f'feature {{ name: "{name}" type: {kind} }}\n'
+            for name, kind in (("a", "INT"), ("grade", "BYTES"), ("label", "INT"))
+        )
+    )
+    with pytest.raises(Started) as started:
+        cli(root, "--schema", str(schema))
+    assert dict(started.value.args[0]["checked"].kinds)["grade"] == "string"
+
+
 def test_a_stray_token_in_a_column_left_out_is_not_refused(cli, tmp_path):
     rows = _numbers()
     rows[7] = "7,N/A,1"
