@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# The model alone, as a Keras user installs it (#30): the built wheel with no extra, in a
-# fresh virtual environment on the newest Python, TensorFlow and Keras (constraints-newest.txt,
-# the caps of pyproject.toml's ranges). Checks that no TFX, Beam or Keras Tuner came with it,
-# then runs the model's exactness tests against that installed wheel (not the source tree):
-# on TensorFlow, then on JAX (#35; JAX is installed beside it, the CPU wheels).
+# The model alone, as a Keras user installs it: the built wheel with one backend's extra, in a
+# fresh virtual environment on the newest Python, Keras and backend (constraints-newest.txt,
+# the caps of pyproject.toml's ranges), once per backend. `tfx-accum[tensorflow]` in
+# .venv/newest, which must hold no TFX, Beam or Keras Tuner; `tfx-accum[jax]` in
+# .venv/newest-jax, which must hold no TensorFlow either (the JAX CPU wheels). Each runs the
+# model's exactness tests against that installed wheel (not the source tree).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -29,15 +30,21 @@ PY=$(find_python) || {
 }
 UV=.venv/bin/uv  # installed by scripts/setup_env.sh
 ENV=.venv/newest
+JAX_ENV=.venv/newest-jax
 WHEELS=$(mktemp -d)
 trap 'rm -rf "$WHEELS"' EXIT
 start=$SECONDS
 "$UV" build --quiet --wheel --out-dir "$WHEELS" . >/dev/null 2>&1 \
   || { echo "newest_stack: building the wheel failed" >&2; "$UV" build --wheel --out-dir "$WHEELS" .; exit 1; }
-rm -rf "$ENV"
-"$UV" venv --quiet --no-python-downloads --python "$PY" "$ENV"
-"$UV" pip install --quiet --compile-bytecode --python "$ENV/bin/python" -c constraints-newest.txt \
-  "$WHEELS"/tfx_accum-*.whl pytest pytest-xdist jax jaxlib
+WHEEL=$(echo "$WHEELS"/tfx_accum-*.whl)
+# A fresh environment holding the wheel with the extra $2 (and pytest), nothing else.
+install() {
+  rm -rf "$1"
+  "$UV" venv --quiet --no-python-downloads --python "$PY" "$1"
+  "$UV" pip install --quiet --compile-bytecode --python "$1/bin/python" -c constraints-newest.txt \
+    "tfx-accum[$2] @ file://$WHEEL" pytest pytest-xdist
+}
+install "$ENV" tensorflow
 TF_CPP_MIN_LOG_LEVEL=3 "$ENV/bin/python" - <<'PY' 2>/dev/null
 import importlib.util, sys, keras, tensorflow as tf
 extra = [n for n in ("tfx", "apache_beam", "keras_tuner", "sklearn") if importlib.util.find_spec(n)]
@@ -45,7 +52,7 @@ assert not extra, f"the core install brought {extra}"
 print(f"[newest-stack] Python {sys.version.split()[0]}, TensorFlow {tf.__version__}, "
       f"Keras {keras.__version__}; no tfx, apache_beam, keras_tuner, sklearn installed")
 PY
-echo "[newest-stack] installed in $((SECONDS - start)) s; the model's tests on the installed wheel"
+echo "[newest-stack] tfx-accum[tensorflow] installed in $((SECONDS - start)) s; the model's tests on it"
 # From a directory outside the checkout, and with tests/conftest.py told not to put the
 # checkout on sys.path: tfx_accum can only come from the wheel.
 workers=$(nproc 2>/dev/null || echo 1)
@@ -59,10 +66,29 @@ TFX_ACCUM_TESTS_INSTALLED=1 "$ROOT/$ENV/bin/python" -m pytest -q -p no:cacheprov
   "$ROOT/tests/accumulation/test_exactness_matrix.py" \
   "$ROOT/tests/accumulation/test_micro_batches.py" \
   -k "not peak_memory and (not xla or uneven_batches_sample_weights or lstm-xla)"
-echo "[newest-stack] the same exactness tests on the JAX backend"
+start=$SECONDS
+cd "$ROOT"
+install "$JAX_ENV" jax
+# The JAX extra alone: no TensorFlow, by the interpreter's finder and by the installer's list.
+KERAS_BACKEND=jax "$JAX_ENV/bin/python" - <<'PY'
+import importlib.util, sys, jax, keras
+extra = [n for n in ("tensorflow", "tfx", "apache_beam", "keras_tuner", "sklearn")
+         if importlib.util.find_spec(n)]
+assert not extra, f"tfx-accum[jax] brought {extra}"
+print(f"[newest-stack] Python {sys.version.split()[0]}, JAX {jax.__version__}, "
+      f"Keras {keras.__version__}; no tensorflow, tfx, apache_beam, keras_tuner, sklearn installed")
+PY
+if "$UV" pip list --quiet --python "$JAX_ENV/bin/python" | grep -i '^tensorflow'; then
+  echo "newest_stack: tfx-accum[jax] installed TensorFlow (above)" >&2
+  exit 1
+fi
+echo "[newest-stack] tfx-accum[jax] installed in $((SECONDS - start)) s; the same exactness tests on JAX"
+cd "$WHEELS"
 # On JAX, jit_compile=False runs the step op by op (slow, and the same step): the compiled
 # variants only ("xla"), and the tf.distribute and SavedModel tests skip themselves.
-KERAS_BACKEND=jax TFX_ACCUM_TESTS_INSTALLED=1 "$ROOT/$ENV/bin/python" -m pytest -q \
+# TFX_ACCUM_TESTS_WITHOUT_TENSORFLOW: test_core_install.py asserts TensorFlow is not importable.
+KERAS_BACKEND=jax TFX_ACCUM_TESTS_INSTALLED=1 TFX_ACCUM_TESTS_WITHOUT_TENSORFLOW=1 \
+  "$ROOT/$JAX_ENV/bin/python" -m pytest -q \
   -p no:cacheprovider -n "$workers" --dist load --rootdir "$ROOT" -c "$ROOT/pyproject.toml" \
   "$ROOT/tests/accumulation/test_jax_backend.py" \
   "$ROOT/tests/accumulation/test_core_install.py" \

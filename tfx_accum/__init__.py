@@ -9,11 +9,12 @@ Installed packages:
   ``tfx-accum`` command line;
 - ``tfx_accum.kubeflow``: the node-pool profiles (package data).
 
-``pip install tfx-accum`` installs the model alone (TensorFlow and Keras);
-``pip install 'tfx-accum[tfx]'`` adds what ``tfx_accum.pipeline`` and the TFX Trainer and Tuner
-modules need (:mod:`tfx_accum.extras`).
+``pip install tfx-accum`` installs the model alone (Keras and numpy), beside the Keras backend
+of your choice or with it as an extra, ``'tfx-accum[tensorflow]'`` or ``'tfx-accum[jax]'``
+(:mod:`tfx_accum.backends`); ``pip install 'tfx-accum[tfx]'`` adds TensorFlow and what
+``tfx_accum.pipeline`` and the TFX Trainer and Tuner modules need (:mod:`tfx_accum.extras`).
 
-``import tfx_accum`` is cheap: TensorFlow is imported only when the model is first used, and
+``import tfx_accum`` is cheap: the backend is imported only when the model is first used, and
 the model is registered with Keras (for ``keras.saving.load_model``) as soon as Keras is
 imported (:mod:`tfx_accum.keras_registration`).
 """

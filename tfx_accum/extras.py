@@ -1,10 +1,11 @@
 """The ``tfx`` extra: which packages the TFX parts need, and the one line when they are missing.
 
-``pip install tfx-accum`` installs the model alone (TensorFlow and Keras, #30). The TFX
-Trainer and Tuner modules, the pipeline, the ``tfx-accum`` command and the Kubeflow compile
-need ``pip install 'tfx-accum[tfx]'``. Without it, importing any of them raises
-:class:`MissingExtra` (an ``ImportError``) naming the extra, instead of a
-``ModuleNotFoundError`` for whichever of TFX's packages happened to be imported first.
+``pip install tfx-accum`` installs the model alone (Keras, and a backend's extra:
+:mod:`tfx_accum.backends`). The TFX Trainer and Tuner modules, the pipeline, the
+``tfx-accum`` command and the Kubeflow compile need ``pip install 'tfx-accum[tfx]'``. Without
+it, importing any of them raises :class:`MissingExtra` (an ``ImportError``) naming the extra,
+instead of a ``ModuleNotFoundError`` for whichever of TFX's packages happened to be imported
+first.
 """
 
 from __future__ import annotations
@@ -34,5 +35,5 @@ def require_tfx() -> None:
             f"tfx-accum's TFX parts (the pipeline, the CLI, the Trainer and Tuner modules) "
             f"need the tfx extra, and {', '.join(gone)} {'is' if len(gone) == 1 else 'are'} "
             f"not installed: {INSTALL} (on Python 3.10, as TFX 1.16 needs). The model alone "
-            "needs no extra: from tfx_accum import GradientAccumulationModel."
+            "needs a backend only: from tfx_accum import GradientAccumulationModel."
         )

@@ -9,8 +9,11 @@ So the class is registered as soon as Keras is there: at once if TensorFlow or K
 already imported, else right after the first of them finishes importing (a finder on
 ``sys.meta_path`` that removes itself at its first use). ``import tensorflow`` imports Keras
 itself, so whichever comes first, both are complete when the model's module is imported.
-Registration never breaks the user's import: on another Keras backend (the model is
-TensorFlow-only) nothing is registered, and a failure is one warning naming the way out.
+Registration never breaks the user's import: on another Keras backend (the model supports
+TensorFlow and JAX) nothing is registered, and a failure is one warning naming the way out.
+A Keras that fails to import because its backend is not installed fails with
+:class:`tfx_accum.backends.MissingBackend` instead, one line naming the extra to install
+(and the finder is put back for the next attempt).
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ import importlib.util
 import sys
 import warnings
 from types import ModuleType
+
+from tfx_accum import backends
 
 _TRIGGERS = ("tensorflow", "keras")
 
@@ -60,7 +65,15 @@ class _RegisterAfterImport(importlib.abc.MetaPathFinder):
         loader, original = spec.loader, spec.loader.exec_module
 
         def exec_module(module: ModuleType) -> None:
-            original(module)
+            try:
+                original(module)
+            except ImportError as error:
+                del loader.exec_module
+                missing = backends.missing_backend(error)  # finds specs: before the insert
+                sys.meta_path.insert(0, _RegisterAfterImport())  # the next attempt is hooked too
+                if missing is None:
+                    raise
+                raise missing from error
             del loader.exec_module  # the loader's own method again
             _register_quietly()
 

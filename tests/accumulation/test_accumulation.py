@@ -5,7 +5,6 @@ import warnings
 import keras
 import numpy as np
 import pytest
-import tensorflow as tf
 from equivalence import (
     classification_data,
     clone_pair,
@@ -15,6 +14,11 @@ from equivalence import (
 )
 
 from tfx_accum.components import GradientAccumulationModel
+
+try:
+    import tensorflow as tf
+except ModuleNotFoundError:  # tfx-accum[jax] alone (scripts/newest_stack.sh): no tf.data either
+    tf = None
 
 OPTIMIZERS = {
     "sgd": (lambda: keras.optimizers.SGD(0.1), 1e-5),
@@ -144,11 +148,13 @@ def test_dict_inputs_and_multiple_outputs(optimizer, jit):
         "b": rng.normal(size=(n, 3)).astype("float32"),
     }
     y = {"cls": rng.integers(0, 2, n), "reg": rng.normal(size=(n, 1)).astype("float32")}
-    ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(16)
+    batches = dict(x=x, y=y, batch_size=16)  # the same batches as the dataset, without TensorFlow
+    if tf is not None:
+        batches = dict(x=tf.data.Dataset.from_tensor_slices((x, y)).batch(16))
     plain, ga, hist, tol = fit_both(
         dict_io_model,
         4,
-        dict(x=ds, epochs=2),
+        dict(epochs=2, **batches),
         dict(
             loss={"cls": "sparse_categorical_crossentropy", "reg": "mse"},
             loss_weights={"cls": 1.0, "reg": 0.5},
@@ -420,13 +426,16 @@ def test_static_batch_shapes_use_fixed_micro_batches(jit_compile):
     # drop_remainder=True gives a static batch dimension (as on TPU): k fixed-size slices.
     x, y, sw = classification_data(n=96)
 
-    def data():
-        return tf.data.Dataset.from_tensor_slices((x, y, sw)).batch(32, drop_remainder=True)
+    batches = dict(x=x, y=y, sample_weight=sw, batch_size=32)  # without TensorFlow (JAX: static)
+    if tf is not None:
+        batches = dict(
+            x=tf.data.Dataset.from_tensor_slices((x, y, sw)).batch(32, drop_remainder=True)
+        )
 
     plain, ga, _, tol = fit_both(
         dense_classifier,
         4,
-        dict(x=data(), epochs=2),
+        dict(epochs=2, **batches),
         dict(loss="sparse_categorical_crossentropy", jit_compile=jit_compile),
         "adam",
     )

@@ -1,21 +1,31 @@
 """The model alone, as a Keras user installs it (#30): registered for ``load_model`` by
-``import tfx_accum``, and the TFX parts answering one line without the ``tfx`` extra.
+``import tfx_accum``, the TFX parts answering one line without the ``tfx`` extra, a core that
+requires no Keras backend, and a missing backend answering one line naming its extra.
 
-Run by the main suite and by scripts/newest_stack.sh, against the wheel installed with no
-extra (where the missing-extra tests meet the real thing).
+Run by the main suite and by scripts/newest_stack.sh, against the wheel installed with one
+backend's extra and no other (where the missing-extra and missing-backend tests meet the real
+thing; elsewhere the missing package is blocked in a fresh process).
 """
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
+from importlib import metadata
+from importlib.util import find_spec
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
 
-from tfx_accum import extras
+from tfx_accum import backends, extras
 
 CORE_ONLY = bool(extras.missing())
+# Set by scripts/newest_stack.sh for its JAX stage: tfx-accum[jax] alone, no TensorFlow.
+WITHOUT_TENSORFLOW = bool(os.environ.get("TFX_ACCUM_TESTS_WITHOUT_TENSORFLOW"))
+NEEDS_TF = pytest.mark.skipif(find_spec("tensorflow") is None, reason="no TensorFlow installed")
 
 SAVE = """
 import sys
@@ -30,9 +40,9 @@ model.save(sys.argv[1])
 """
 
 
-def _python(code: str, *args: str) -> subprocess.CompletedProcess:
+def _python(code: str, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=300
+        [sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=300, env=env
     )
 
 
@@ -49,8 +59,8 @@ def saved_model(tmp_path_factory) -> Path:
     [
         "import tfx_accum; import keras",
         "import keras; import tfx_accum",
-        "import tfx_accum; import tensorflow; import keras",
-        "import tensorflow; import tfx_accum; import keras",
+        pytest.param("import tfx_accum; import tensorflow; import keras", marks=NEEDS_TF),
+        pytest.param("import tensorflow; import tfx_accum; import keras", marks=NEEDS_TF),
     ],
 )
 def test_import_tfx_accum_registers_the_model_for_load_model(saved_model, imports):
@@ -114,3 +124,91 @@ def test_a_missing_package_of_the_extra_is_named():
     assert proc.stderr.startswith("tfx-accum: error: ")
     assert "no_such_package_of_tfx is not installed" in proc.stderr
     assert "pip install 'tfx-accum[tfx]'" in proc.stderr
+
+
+# ------------------------------------------------------------------ the Keras backends
+
+
+def _requirements() -> dict[str, list[Requirement]]:
+    """The installed distribution's requirements: "" for the core, else by extra."""
+    found: dict[str, list[Requirement]] = {}
+    for text in metadata.requires("tfx-accum") or []:
+        requirement = Requirement(text)
+        extra = ""
+        if requirement.marker is not None:
+            extra = next(
+                e
+                for e in metadata.metadata("tfx-accum").get_all("Provides-Extra")
+                if requirement.marker.evaluate({"extra": e})
+            )
+        found.setdefault(extra, []).append(requirement)
+    return found
+
+
+def test_the_core_requires_no_backend_and_each_backend_has_its_extra():
+    """What pip reads from the installed wheel's metadata (Requires-Dist, Provides-Extra)."""
+    found = _requirements()
+    assert sorted(r.name for r in found[""]) == ["keras", "numpy"]
+    for backend, modules in backends.MODULES.items():
+        # The extra the missing-backend line names installs exactly that backend.
+        assert sorted(r.name for r in found[backend]) == sorted(modules), backend
+    tensorflow = {r.name: r for r in found["tfx"]}["tensorflow"]
+    assert tensorflow.specifier == found["tensorflow"][0].specifier  # the same TensorFlows
+    assert "tfx" in {r.name for r in found["tfx"]}
+    # pip with the CPU wheel of torch 2.13.0 on disk installs no other torch.
+    assert found["torch"][0].specifier.contains("2.13.0")
+
+
+@pytest.mark.skipif(not WITHOUT_TENSORFLOW, reason="only tfx-accum[jax] alone lacks TensorFlow")
+def test_the_jax_extra_alone_installs_no_tensorflow():
+    assert find_spec("tensorflow") is None
+    with pytest.raises(metadata.PackageNotFoundError):
+        metadata.distribution("tensorflow")
+    proc = _python("import tensorflow")
+    assert proc.returncode == 1 and "No module named 'tensorflow'" in proc.stderr
+
+
+# A fresh process in which the backend's modules cannot be imported, as where it is not
+# installed (where it is not, the blocker finds nothing to block).
+BLOCKER = """
+import sys
+class _NotInstalled:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in {modules!r}:
+            raise ModuleNotFoundError(f"No module named {{name!r}}", name=name)
+sys.meta_path.insert(0, _NotInstalled())
+"""
+USE_THE_MODEL = """
+import json
+for attempt in range(2):
+    try:
+        {use}
+    except ImportError as e:
+        print(json.dumps([type(e).__name__, str(e), isinstance(e, ModuleNotFoundError)]))
+"""
+
+
+@pytest.mark.parametrize("backend", sorted(backends.MODULES))
+@pytest.mark.parametrize(
+    "use",
+    [
+        "from tfx_accum import GradientAccumulationModel",
+        "import tfx_accum; import keras",
+        "from tfx_accum.components.accumulation.model import GradientAccumulationModel",
+    ],
+)
+def test_a_missing_backend_is_one_line_naming_its_extra(backend, use):
+    """Keras imports its backend at ``import keras``; tfx_accum's line comes first, each time."""
+    modules = backends.MODULES[backend]
+    code = BLOCKER.format(modules=modules) + USE_THE_MODEL.format(use=use)
+    env = {**os.environ, "KERAS_BACKEND": backend, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    proc = _python(code, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = proc.stdout.strip().splitlines()
+    assert len(lines) == 2, proc.stdout  # both attempts fail
+    for line in lines:
+        kind, message, module_not_found = json.loads(line)
+        assert kind == "MissingBackend" and module_not_found
+        assert "\n" not in message and message.startswith("tfx-accum: ")
+        assert f"backend is {backend!r}" in message
+        assert backends.install_line(backend) in message
