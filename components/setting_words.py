@@ -42,12 +42,13 @@ class SettingWords:
         """How the reader names ``setting``."""
         return self.names.get(setting) or f"custom_config[{setting!r}]"
 
-    def setting(self, setting: str, value: Any) -> str:
-        """How the reader sets ``setting`` to ``value``."""
+    def setting(self, setting: str, value: Any, placeholder: bool = False) -> str:
+        """How the reader sets ``setting`` to ``value`` (``placeholder``: a name standing
+        for a value, ``N``, written as it is)."""
         if self.flags:
             shown = ",".join(map(str, value)) if isinstance(value, list | tuple) else value
             return f"{self.name(setting)} {shown}"
-        return f"{self.name(setting)} = {value!r}"
+        return f"{self.name(setting)} = {value if placeholder else repr(value)}"
 
 
 CUSTOM_CONFIG = SettingWords()

@@ -152,3 +152,16 @@ def keras_2_model():
 
     x = tf_keras.Input((1,), name="a_xf")
     return tf_keras.Model(x, tf_keras.layers.Dense(3, activation="softmax")(x))
+
+
+def by_index_sizes(features, num_classes, index_sizes):
+    """tfx-accum's contract: an embedding per category input, as many rows as indices."""
+    inputs = {name: keras.Input(f.shape, name=name, dtype=f.dtype) for name, f in features.items()}
+    parts = [
+        keras.layers.Flatten()(keras.layers.Embedding(index_sizes[name], 2)(inputs[name]))
+        if name in index_sizes
+        else inputs[name]
+        for name in sorted(inputs)
+    ]
+    x = keras.layers.Concatenate()(parts)
+    return keras.Model(inputs, keras.layers.Dense(num_classes, activation="softmax")(x))

@@ -124,7 +124,7 @@ def infer_task(
         raise ValueError(
             f"The task is {requested}, but the label looks like a regression target "
             f"({_regression_reason(label)}); use {as_regression}, or confirm the classes "
-            f"with {words.setting('num_classes', 'N')}."
+            f"with {words.setting('num_classes', 'N', placeholder=True)}."
         )
     count = _class_count(label, num_classes, words)
     if requested == BINARY and count != 2:

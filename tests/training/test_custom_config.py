@@ -133,3 +133,67 @@ def test_the_modules_refuse_it_before_any_work(module_fn, config, words, tmp_pat
     )
     with pytest.raises(ValueError, match=words):
         module_fn(fn_args)
+
+
+def _words_schema():
+    from tensorflow_metadata.proto.v0 import schema_pb2, statistics_pb2
+
+    from tfx_accum.components.data.statistics import SplitStatistics
+
+    schema = schema_pb2.Schema()
+    schema.feature.add(name="x", type=schema_pb2.FLOAT)
+    schema.feature.add(name="city", type=schema_pb2.BYTES)
+    schema.feature.add(name="y", type=schema_pb2.FLOAT)
+    features = {}
+    for name, (mean, low, high) in {"x": (0.0, -1.0, 1.0), "y": (0.4, 0.1, 0.9)}.items():
+        feature = statistics_pb2.FeatureNameStatistics()
+        feature.path.step.append(name)
+        feature.num_stats.common_stats.num_non_missing = 40
+        feature.num_stats.mean, feature.num_stats.min, feature.num_stats.max = mean, low, high
+        features[name] = feature
+    return schema, SplitStatistics(40, features)
+
+
+@pytest.mark.parametrize(
+    "settings, components_words, cli_words",
+    [
+        (
+            {"categorical_features": ("nope",)},
+            "custom_config['categorical_features'] names ['nope']",
+            "--categorical names ['nope']",
+        ),
+        (
+            {"exclude_features": ("nope",)},
+            "custom_config['exclude_features'] names 'nope', not a feature of the data",
+            "--exclude-features names 'nope', not a feature of the data",
+        ),
+        (
+            {"task": "binary"},
+            "use custom_config['task'] = 'regression', or confirm the classes with "
+            "custom_config['num_classes'] = N.",
+            "use --task regression, or confirm the classes with --num-classes N.",
+        ),
+    ],
+)
+def test_the_modules_messages_name_custom_config_keys_and_the_cli_its_flags(
+    settings, components_words, cli_words
+):
+    from tfx_accum.components.data.features import describe
+    from tfx_accum.pipeline.config import CLI_WORDS
+
+    schema, stats = _words_schema()
+    settings = ModelSettings(label_key="y", **settings)
+    for words, expected in ((None, components_words), (CLI_WORDS, cli_words)):
+        with pytest.raises(ValueError) as raised:
+            describe(schema, stats, settings, **({"words": words} if words else {}))
+        assert expected in str(raised.value) and "\n" not in str(raised.value)
+
+
+def test_the_model_rules_name_the_model_key_to_the_modules_and_the_flag_to_the_cli():
+    from tfx_accum.components.training.model_rules import ModelChoiceError, check_model_suits
+    from tfx_accum.pipeline.config import CLI_WORDS
+
+    with pytest.raises(ModelChoiceError, match=r"Use custom_config\['model'\] = 'mlp'\.$"):
+        check_model_suits("cnn", {"city": "string"})
+    with pytest.raises(ModelChoiceError, match=r"Use --model mlp\.$"):
+        check_model_suits("cnn", {"city": "string"}, CLI_WORDS)
