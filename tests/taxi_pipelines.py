@@ -17,6 +17,8 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
+from tfx_example_runs import blessed_and_pushed, bulk_inferrer, local_pipeline, tuner_and_trainer
+
 ROWS = 2000  # of the example's 15,002
 LABEL = "tips"
 TAXI = "tfx.examples.chicago_taxi_pipeline.taxi_utils_native_keras"
@@ -69,31 +71,14 @@ def create_pipeline(name: str, root: Path, data: Path, serving_dir: Path):
         schema=schema_gen.outputs["schema"],
         preprocessing_fn=f"{TAXI}.preprocessing_fn",
     )
-    transformed = {
-        "examples": transform.outputs["transformed_examples"],
-        "transform_graph": transform.outputs["transform_graph"],
-        "schema": schema_gen.outputs["schema"],
-    }
-    tuner = tfx.components.Tuner(
-        tuner_fn="tfx_accum.components.search.tuner.tuner_fn",
-        train_args=tfx.proto.TrainArgs(num_steps=100),
-        eval_args=tfx.proto.EvalArgs(num_steps=5),
-        custom_config=config,
-        **transformed,
+    tuner, trainer = tuner_and_trainer(
+        tfx,
+        config,
+        config,
+        examples=transform.outputs["transformed_examples"],
+        transform_graph=transform.outputs["transform_graph"],
+        schema=schema_gen.outputs["schema"],
     )
-    trainer = tfx.components.Trainer(
-        run_fn="tfx_accum.components.training.trainer.run_fn",
-        hyperparameters=tuner.outputs["best_hyperparameters"],
-        train_args=tfx.proto.TrainArgs(num_steps=100),
-        eval_args=tfx.proto.EvalArgs(num_steps=5),
-        custom_config=config,
-        **transformed,
-    )
-    model_resolver = tfx.dsl.Resolver(
-        strategy_class=tfx.dsl.experimental.LatestBlessedModelStrategy,
-        model=tfx.dsl.Channel(type=tfx.types.standard_artifacts.Model),
-        model_blessing=tfx.dsl.Channel(type=tfx.types.standard_artifacts.ModelBlessing),
-    ).with_id("latest_blessed_model_resolver")
     # The example's EvalConfig, as written.
     eval_config = tfma.EvalConfig(
         model_specs=[
@@ -121,46 +106,14 @@ def create_pipeline(name: str, root: Path, data: Path, serving_dir: Path):
             )
         ],
     )
-    evaluator = tfx.components.Evaluator(
-        examples=example_gen.outputs["examples"],
-        model=trainer.outputs["model"],
-        baseline_model=model_resolver.outputs["model"],
-        eval_config=eval_config,
+    examples = example_gen.outputs["examples"]
+    resolver, evaluator, pusher = blessed_and_pushed(
+        tfx, trainer, examples, eval_config, serving_dir
     )
-    pusher = tfx.components.Pusher(
-        model=trainer.outputs["model"],
-        model_blessing=evaluator.outputs["blessing"],
-        push_destination=tfx.proto.PushDestination(
-            filesystem=tfx.proto.PushDestination.Filesystem(base_directory=str(serving_dir))
-        ),
-    )
-    bulk_inferrer = tfx.components.BulkInferrer(
-        examples=example_gen.outputs["examples"],
-        model=trainer.outputs["model"],
-        model_blessing=evaluator.outputs["blessing"],
-        data_spec=tfx.proto.DataSpec(example_splits=["eval"]),
-        model_spec=tfx.proto.ModelSpec(),
-    )
-    return tfx.dsl.Pipeline(
-        pipeline_name=name,
-        pipeline_root=str(root / "pipeline"),
-        components=[
-            example_gen,
-            statistics_gen,
-            schema_gen,
-            transform,
-            tuner,
-            trainer,
-            model_resolver,
-            evaluator,
-            pusher,
-            bulk_inferrer,
-        ],
-        metadata_connection_config=tfx.orchestration.metadata.sqlite_metadata_connection_config(
-            str(root / "metadata.db")
-        ),
-        enable_cache=False,
-    )
+    components = [example_gen, statistics_gen, schema_gen, transform, tuner, trainer]
+    components += [resolver, evaluator, pusher]
+    components.append(bulk_inferrer(tfx, trainer, evaluator, examples, "eval"))
+    return local_pipeline(tfx, name, root, components)
 
 
 def run(root: Path) -> Path:

@@ -62,42 +62,50 @@ LABELS = {
 DOMAINS = {"pickup_latitude_xf": (0, 9), "bucket_xf": (0, 9)}
 
 
-def _schema() -> schema_pb2.Schema:
+def _table(columns=None, labels=None) -> dict[str, tuple[int, np.ndarray]]:
+    """``{name: (schema type, values)}`` of the features and the labels."""
+    labels = LABELS if labels is None else labels
+    table = dict(COLUMNS if columns is None else columns)
+    for name, values in labels.items():
+        table[name] = (FLOAT if values.dtype.kind == "f" else INT, values)
+    return table
+
+
+def _schema(table) -> schema_pb2.Schema:
     schema = schema_pb2.Schema()
-    for name, (kind, values) in {**COLUMNS, **{k: (None, v) for k, v in LABELS.items()}}.items():
-        kind = kind or (FLOAT if values.dtype.kind == "f" else INT)
+    for name, (kind, values) in table.items():
         feature = schema.feature.add(name=name, type=kind)
         if name in DOMAINS:
             feature.int_domain.min, feature.int_domain.max = DOMAINS[name]
             feature.int_domain.is_categorical = True
-        for size in values.shape[1:] or ((1,) if name != "city" else ()):
+        for size in values.shape[1:] or ((1,) if kind != BYTES else ()):
             feature.shape.dim.add(size=size)
     return schema
 
 
-def _stats() -> SplitStatistics:
+def _stats(table) -> SplitStatistics:
     features = {}
-    for name, values in {**{k: v for k, (_, v) in COLUMNS.items()}, **LABELS}.items():
+    for name, (_, values) in table.items():
         feature = statistics_pb2.FeatureNameStatistics()
         feature.path.step.append(name)
         if values.dtype.kind in "US":
-            feature.string_stats.common_stats.num_non_missing = ROWS
-            for value in ("x", "y"):
+            feature.string_stats.common_stats.num_non_missing = len(values)
+            for value in sorted(set(values.ravel())):
                 feature.string_stats.rank_histogram.buckets.add(label=value, sample_count=1)
         else:
-            feature.num_stats.common_stats.num_non_missing = ROWS
+            feature.num_stats.common_stats.num_non_missing = len(values)
             feature.num_stats.mean, feature.num_stats.std_dev = values.mean(), values.std()
             feature.num_stats.min, feature.num_stats.max = values.min(), values.max()
         features[name] = feature
-    return SplitStatistics(ROWS, features)
+    return SplitStatistics(len(next(iter(table.values()))[1]), features)
 
 
-def _examples() -> list[bytes]:
+def _examples(table) -> list[bytes]:
     examples = []
-    for row in range(ROWS):
+    for row in range(len(next(iter(table.values()))[1])):
         feature = {}
-        for name, values in {**{k: v for k, (_, v) in COLUMNS.items()}, **LABELS}.items():
-            value = np.atleast_1d(values[row])
+        for name, (_, values) in table.items():
+            value = np.atleast_1d(values[row]).ravel()
             if value.dtype.kind in "US":
                 listed = tf.train.BytesList(value=[v.encode() for v in value])
                 feature[name] = tf.train.Feature(bytes_list=listed)
@@ -111,13 +119,17 @@ def _examples() -> list[bytes]:
     return examples
 
 
-def _data(function: str, label: str, **settings):
-    settings = ModelSettings(model=f"tfx_model_functions:{function}", label_key=label, **settings)
-    data = describe(_schema(), _stats(), settings, transformed=True)
+def _data(function: str, label: str, table=None, **settings):
+    """The settings and the (narrowed) description of ``table`` for a model function
+    (``module:function``, or a function of tests/tfx_model_functions.py)."""
+    table = _table() if table is None else table
+    model = function if ":" in function else f"tfx_model_functions:{function}"
+    settings = ModelSettings(model=model, label_key=label, **settings)
+    data = describe(_schema(table), _stats(table), settings, transformed=True)
     return settings, narrow_to_declared(settings, data, "trainer")
 
 
-def _trained_and_served(settings, data, tmp_path):
+def _trained_and_served(settings, data, tmp_path, table=None):
     """The built model, fitted a little; its served outputs for the raw examples and its
     own outputs for the same examples."""
     model = build_model(
@@ -129,7 +141,7 @@ def _trained_and_served(settings, data, tmp_path):
         model_hyperparameters=settings.model_hyperparameters,
     )
     preprocessor = Preprocessor(data)
-    serialized = tf.constant(_examples())
+    serialized = tf.constant(_examples(_table() if table is None else table))
     raw = parse_raw(serialized, data, with_label=True)
     label = preprocessor.encode_label(raw.pop(data.label_key))
     inputs = preprocessor(raw)
@@ -340,3 +352,68 @@ def test_tf_keras_made_keras_2_by_transform_is_made_harmless():
     assert "kept ['fare_xf', 'pickup_latitude_xf', 'trip_miles_xf', 'trip_start_hour_xf']" in (
         proc.stdout
     )
+
+
+TFX_EXAMPLES = """
+import sys
+from pathlib import Path
+
+import numpy as np
+import tensorflow as tf
+
+sys.path[:0] = [{folder!r}, {tests!r}]
+from test_model_functions import FLOAT, INT, ROWS, _data, _table, _trained_and_served
+
+EXAMPLES = "tfx.examples."
+rng = np.random.default_rng(1)
+cases = {{
+    # Keras Tuner's hparams, declared in _get_hyperparameters; a list of inputs; 3 logits.
+    "penguin": (
+        EXAMPLES + "penguin.penguin_utils_keras:_make_keras_model",
+        {{f"{{n}}_xf": (FLOAT, rng.normal(size=ROWS)) for n in
+          ("culmen_length_mm", "culmen_depth_mm", "flipper_length_mm", "body_mass_g")}},
+        {{"species_xf": rng.integers(0, 3, ROWS)}},
+        {{"model_hyperparameters": EXAMPLES + "penguin.penguin_utils_keras:_get_hyperparameters"}},
+        tf.nn.softmax,
+    ),
+    # Sequential, one input of 784 floats, 10 logits, RMSprop.
+    "mnist": (
+        EXAMPLES + "mnist.mnist_utils_native_keras_base:build_keras_model",
+        {{"image_floats_xf": (FLOAT, rng.uniform(-0.5, 0.5, (ROWS, 784)))}},
+        {{"image_class_xf": np.arange(ROWS) % 10}},
+        {{}},
+        tf.nn.softmax,
+    ),
+    # A dict of one int64 sequence of 400 word indices, an LSTM, one logit.
+    "imdb": (
+        EXAMPLES + "imdb.imdb_utils_native_keras:_build_keras_model",
+        {{"text_xf_input": (INT, rng.integers(0, 8000, (ROWS, 400)))}},
+        {{"label_xf": rng.integers(0, 2, ROWS)}},
+        {{}},
+        tf.sigmoid,
+    ),
+}}
+for name, (model, columns, labels, extra, to_probability) in cases.items():
+    table = _table(columns, labels)
+    settings, data = _data(model, next(iter(labels)), table, **extra)
+    _, served, predicted = _trained_and_served(settings, data, Path({tmp!r}) / name, table)
+    np.testing.assert_allclose(served["scores"].numpy(), to_probability(predicted), atol=1e-5)
+    print(name, "served", tuple(served["scores"].shape))
+"""
+
+
+@pytest.mark.e2e  # a fresh process (the modules import Transform), three models trained
+def test_tfx_examples_own_model_functions_are_trained_and_served_unchanged(tmp_path):
+    """TFX's penguin (Keras Tuner's kind, its hyperparameters declared elsewhere), MNIST
+    (Sequential, a vector input) and IMDB (an LSTM on a sequence, one logit) examples'
+    model functions, as the wheel ships them, on data shaped as their Transform writes it."""
+    tests = str(Path(__file__).resolve().parents[1])
+    folder = str(Path(__file__).resolve().parent)
+    code = TFX_EXAMPLES.format(folder=folder, tests=tests, tmp=str(tmp_path))
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=1200
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert "penguin served (96, 3)" in proc.stdout
+    assert "mnist served (96, 10)" in proc.stdout
+    assert "imdb served (96, 1)" in proc.stdout

@@ -16,15 +16,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from taxi_pipelines import LABEL
+from tfx_example_runs import eval_examples, evaluator_metric, inferences, latest, without
 
 # Runs the pipeline in a subprocess (minutes): `pytest -m "not e2e"` skips it.
 pytestmark = pytest.mark.e2e
 
 SCRIPT = Path(__file__).resolve().parents[1] / "taxi_pipelines.py"
-
-
-def _latest(directory: Path) -> Path:
-    return max(directory.iterdir(), key=lambda p: int(p.name))
 
 
 @pytest.fixture(scope="module")
@@ -41,24 +38,8 @@ def taxi_run(tmp_path_factory):
     return root, proc.stdout
 
 
-def _eval_examples(root: Path) -> list[bytes]:
-    split = _latest(root / "pipeline" / "CsvExampleGen" / "examples") / "Split-eval"
-    files = sorted(str(p) for p in split.glob("*.gz"))
-    return [r.numpy() for r in tf.data.TFRecordDataset(files, "GZIP")]
-
-
 def _without_label(record: bytes) -> bytes:
-    example = tf.train.Example.FromString(record)
-    del example.features.feature[LABEL]
-    return example.SerializeToString()
-
-
-def _evaluator_accuracy(root: Path) -> float:
-    import tensorflow_model_analysis as tfma
-
-    (metrics,) = tfma.load_metrics(str(_latest(root / "pipeline" / "Evaluator" / "evaluation")))
-    (entry,) = [m for m in metrics.metric_keys_and_values if m.key.name == "binary_accuracy"]
-    return entry.value.double_value.value
+    return without(record, LABEL)
 
 
 def test_the_example_function_is_searched_and_trained_unchanged(taxi_run):
@@ -79,11 +60,11 @@ def test_the_example_function_is_searched_and_trained_unchanged(taxi_run):
 
 def test_the_pushed_model_serves_raw_examples_with_the_evaluators_accuracy(taxi_run):
     root, _ = taxi_run
-    assert (_latest(root / "pipeline" / "Evaluator" / "blessing") / "BLESSED").exists()
+    assert (latest(root / "pipeline" / "Evaluator" / "blessing") / "BLESSED").exists()
     (pushed,) = (root / "serving").iterdir()
     served = tf.saved_model.load(str(pushed))
     assert {"serving_default", "transform_features"} <= set(served.signatures)
-    records = _eval_examples(root)
+    records = eval_examples(root)
     labels = served.signatures["transform_features"](examples=tf.constant(records))["tips_xf"]
     labels = labels.numpy().reshape(-1)
     # As TF Serving gets them: raw examples, without the label.
@@ -94,7 +75,7 @@ def test_the_pushed_model_serves_raw_examples_with_the_evaluators_accuracy(taxi_
     assert scores.shape == (len(records), 1)  # the example's sigmoid: class 1's probability
     assert ((scores >= 0) & (scores <= 1)).all()
     accuracy = float(np.mean((scores[:, 0] > 0.5) == (labels == 1)))
-    assert abs(accuracy - _evaluator_accuracy(root)) <= 1.5 / len(records)
+    assert abs(accuracy - evaluator_metric(root, "binary_accuracy")) <= 1.5 / len(records)
     # The model learnt: it ranks the big tippers first (the trivial model's AUC is 0.5).
     auc = keras.metrics.AUC()
     auc.update_state(labels, scores[:, 0])
@@ -103,16 +84,9 @@ def test_the_pushed_model_serves_raw_examples_with_the_evaluators_accuracy(taxi_
 
 
 def test_bulk_inferrer_writes_the_served_predictions(taxi_run):
-    from tensorflow_serving.apis import prediction_log_pb2
-
     root, _ = taxi_run
-    results = _latest(root / "pipeline" / "BulkInferrer" / "inference_result")
-    files = sorted(str(p) for p in results.glob("*.gz"))
-    logs = [
-        prediction_log_pb2.PredictionLog.FromString(r.numpy())
-        for r in tf.data.TFRecordDataset(files, "GZIP")
-    ]
-    assert len(logs) == len(_eval_examples(root))
+    logs = inferences(root)
+    assert len(logs) == len(eval_examples(root))
     (pushed,) = (root / "serving").iterdir()
     served = tf.saved_model.load(str(pushed)).signatures["serving_default"]
     for log in logs[:10]:
