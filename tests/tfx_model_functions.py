@@ -101,7 +101,7 @@ def regression_like():
 
 
 class ByKey(keras.Model):
-    """A subclassed model that reads two features from a dict; not compiled, a softmax."""
+    """A subclassed model that reads two features from a dict; a softmax."""
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
@@ -114,7 +114,9 @@ class ByKey(keras.Model):
 
 
 def subclassed():
-    return ByKey()
+    model = ByKey()
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss="sparse_categorical_crossentropy")
+    return model
 
 
 def mixed_dtypes():

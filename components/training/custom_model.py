@@ -95,7 +95,8 @@ def build_checked(model: ModelFunction, data: DataDescription, hp) -> tuple[kera
 
 def _functional(model: ModelFunction, built: keras.Model, data: DataDescription) -> keras.Model:
     """``built``, or for a model without defined inputs (subclassed) a functional model
-    that calls it on a dict of every feature, without the ones it does not read."""
+    that calls it on a dict of every feature, without the ones it does not read, compiled
+    as ``built`` was."""
     if _defined_inputs(built):
         return built
     every = {
@@ -112,7 +113,14 @@ def _functional(model: ModelFunction, built: keras.Model, data: DataDescription)
             "layers named after the features, or read the features from a dict."
         ) from None
     read = {name: tensor for name, tensor in every.items() if is_read(tensor)}
-    return keras.Model(read, outputs, name=built.name)
+    functional = keras.Model(read, outputs, name=built.name)
+    if _compiled(built):
+        functional.compile_from_config(built.get_compile_config())
+    return functional
+
+
+def _compiled(model: keras.Model) -> bool:
+    return getattr(model, "optimizer", None) is not None and bool(getattr(model, "loss", None))
 
 
 def _declared_shape(feature) -> tuple[int, ...]:
@@ -332,7 +340,7 @@ def output_logits(model: keras.Model) -> bool:
     (``Dense(n)``)."""
     from tfx_accum.components.training.export import outputs_logits
 
-    if getattr(model, "optimizer", None) is not None and getattr(model, "loss", None):
+    if _compiled(model):
         return outputs_logits(model)
     operation = getattr(getattr(model.outputs[0], "_keras_history", None), "operation", None)
     while isinstance(operation, keras.layers.Reshape | keras.layers.Flatten):
@@ -366,9 +374,8 @@ def as_accumulation_model(
 ) -> GradientAccumulationModel:
     """The user's model wrapped for exact accumulation (weights shared) and compiled with
     its loss, metrics and optimizer class (module docstring)."""
-    compiled = getattr(model, "optimizer", None) is not None and getattr(model, "loss", None)
     units, logits = model.outputs[0].shape[-1], output_logits(model)
-    if compiled:
+    if _compiled(model):
         config = model.optimizer.get_config()
         config["learning_rate"] = learning_rate
         optimizer = type(model.optimizer).from_config(config)
