@@ -167,3 +167,12 @@ def by_index_sizes(features, num_classes, index_sizes):
     ]
     x = keras.layers.Concatenate()(parts)
     return keras.Model(inputs, keras.layers.Dense(num_classes, activation="softmax")(x))
+
+
+def squeezed_regression():
+    """One value per example as ``(batch,)``, returned in a dict of one output."""
+    x = keras.Input((1,), name="a_xf")
+    value = keras.layers.Reshape(())(keras.layers.Dense(1)(x))
+    model = keras.Model({"a_xf": x}, {"price": value})
+    model.compile(optimizer="adam", loss={"price": "mse"})
+    return model

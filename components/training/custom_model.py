@@ -238,14 +238,13 @@ def _check_contract_inputs(model: ModelFunction, built: keras.Model, data: DataD
 
 def check_output(model: ModelFunction, built: keras.Model, data: DataDescription) -> None:
     """One output of what the task needs (module docstring), else a one-line error."""
-    outputs = list(built.outputs)
-    shapes = [tuple(o.shape) for o in outputs]
+    shapes = [tuple(o.shape) for o in built.outputs]
     units = data.outputs
-    fits = len(shapes) == 1 and len(shapes[0]) == 2
+    fits = len(shapes) == 1 and len(shapes[0]) in (1, 2)  # (batch, units), or (batch,): one
     if fits and data.classification:
-        fits = shapes[0][-1] == units or (data.task == BINARY and shapes[0][-1] == 1)
+        fits = output_units(built) == units or (data.task == BINARY and output_units(built) == 1)
     elif fits:
-        fits = shapes[0][-1] == 1
+        fits = output_units(built) == 1
     if fits:
         return
     if data.classification:
@@ -259,6 +258,12 @@ def check_output(model: ModelFunction, built: keras.Model, data: DataDescription
         f"{model.where}: the model must have one output of {wanted}; it has {shapes} "
         f"({words.name('task')} and {words.name('num_classes')} say what the label is)."
     )
+
+
+def output_units(model: keras.Model) -> int | None:
+    """Units of the model's one output; a ``(batch,)`` output is one."""
+    shape = model.outputs[0].shape
+    return 1 if len(shape) == 1 else shape[-1]
 
 
 def narrow_to_declared(
@@ -326,7 +331,9 @@ def by_name(model: keras.Model, data: DataDescription | None = None) -> keras.Mo
         structure = keras.tree.map_structure(
             lambda tensor: fed(tensor.name.split(":")[0], tensor), structure
         )
-    output = model(structure)
+    output = keras.tree.flatten(model(structure))[0]  # one output (check_output), in any form
+    if len(output.shape) == 1:  # (batch,): one unit, as the losses and the export read it
+        output = keras.layers.Reshape((1,), name="one_unit")(output)
     if output.dtype != "float32":
         # Built under mixed precision (components/training/models.py): float32 outputs, as Keras
         # recommends (a float32 loss, and the served scores are float32).
@@ -374,12 +381,14 @@ def as_accumulation_model(
 ) -> GradientAccumulationModel:
     """The user's model wrapped for exact accumulation (weights shared) and compiled with
     its loss, metrics and optimizer class (module docstring)."""
-    units, logits = model.outputs[0].shape[-1], output_logits(model)
+    units, logits = output_units(model), output_logits(model)
     if _compiled(model):
         config = model.optimizer.get_config()
         config["learning_rate"] = learning_rate
         optimizer = type(model.optimizer).from_config(config)
         loss, metrics = model.loss, _user_metrics(model)
+        if isinstance(loss, dict) and len(loss) == 1:  # keyed by the one output's name
+            loss = next(iter(loss.values()))
     else:
         optimizer = keras.optimizers.Adam(learning_rate)
         loss, metrics = loss_for(data.task, units, logits), []

@@ -263,6 +263,7 @@ def test_a_keras_tuner_function_reading_an_undeclared_name_is_told_where_to_decl
         ("subclassed", "species_xf"),  # reads a dict, a softmax, compiled with SGD
         ("mixed_dtypes", "species_xf"),  # text, an index and a vector
         ("regression_like", "price_xf"),  # the label as it is, not standardised
+        ("squeezed_regression", "price_xf"),  # (batch,) in a dict of one output
     ],
 )
 def test_other_tfx_models_are_fed_what_they_declare_and_served(function, label, tmp_path):
@@ -276,7 +277,8 @@ def test_other_tfx_models_are_fed_what_they_declare_and_served(function, label, 
     else:
         assert (data.label_mean, data.label_variance) == (0.0, 1.0)
         np.testing.assert_allclose(served["predictions"].numpy(), predicted, atol=1e-4)
-        assert type(model.optimizer).__name__ == "SGD" and model.loss == "mse"
+        if function == "regression_like":
+            assert type(model.optimizer).__name__ == "SGD" and model.loss == "mse"
 
 
 def test_a_vector_input_takes_the_schemas_width():
