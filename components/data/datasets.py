@@ -27,7 +27,7 @@ import dataclasses
 import hashlib
 import json
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import tensorflow as tf
@@ -46,7 +46,11 @@ from tfx_accum.components.data.raw_features import dense_raw
 from tfx_accum.components.data.statistics import SplitStatistics
 from tfx_accum.components.data.tfxio_parsing import parsed_batches, records
 from tfx_accum.components.data.transform import transform_output_path, transformed_schema
-from tfx_accum.components.settings import ModelSettings, is_model_function
+from tfx_accum.components.setting_words import CUSTOM_CONFIG
+from tfx_accum.components.settings import is_model_function
+
+if TYPE_CHECKING:
+    from tfx_accum.components.custom_config import ModuleConfig
 
 _READ_BATCH = 256
 CACHE_BYTES = 64 * 2**20  # a split up to this many bytes of float32 values is cached
@@ -88,15 +92,15 @@ class Splits:
 
 
 def split_statistics(
-    fn_args, schema: schema_pb2.Schema, component: str
+    fn_args, schema: schema_pb2.Schema, component: str, uri: str | None = None
 ) -> tuple[SplitStatistics, SplitStatistics | None]:
     """The training and eval splits' statistics: StatisticsGen's where the component hands
-    them over (tfx_accum's Tuner and Trainer), else computed by TFDV over the examples.
+    them over (tfx_accum's Tuner and Trainer: their ``uri``), else computed by TFDV over the
+    examples.
 
     TFX's stock Tuner and Trainer take no statistics; the module then computes the same
     statistics itself, over the examples it is given, and says so in one line.
     """
-    uri = (fn_args.custom_config or {}).get(STATISTICS_KEY)
     transformed = transform_output_path(fn_args) is not None
     if uri and not transformed:
         train = SplitStatistics.load(uri, "train")
@@ -176,23 +180,34 @@ def _sample(fn_args, schema: schema_pb2.Schema) -> dict[str, list[bytes]]:
     return sample
 
 
-def describe_data(fn_args, settings: ModelSettings, component: str) -> DataDescription:
+def describe_data(fn_args, config: ModuleConfig, component: str) -> DataDescription:
     """The model's inputs, label and task, from the schema and the statistics.
 
     A model function's model gets only the inputs it declares (components/training/custom_model.py):
     the description is narrowed to them, so they alone are read, preprocessed and served.
-    ``component`` (``tuner``, ``trainer``) prefixes the lines it prints.
+    ``config``: the module's ``custom_config``; ``component`` prefixes the lines it prints.
     """
+    settings = config.model_settings
     schema = examples_schema(fn_args)
-    train, evaluation = split_statistics(fn_args, schema, component)
-    data = describe(schema, train, settings, evaluation, _sample(fn_args, schema))
+    train, evaluation = split_statistics(fn_args, schema, component, config.statistics)
+    data = describe(
+        schema,
+        train,
+        settings,
+        evaluation,
+        _sample(fn_args, schema),
+        transformed=transform_output_path(fn_args) is not None,
+    )
     if settings.task is None:  # nobody decided it before (the command line's check does)
-        console.say(f"[{component}] task: {data.task} ({data.task_reason}; --task to choose)")
+        console.say(
+            f"[{component}] task: {data.task} ({data.task_reason}; "
+            f"{CUSTOM_CONFIG.name('task')} to choose)"
+        )
     say_near_constant(data, component)
     if is_model_function(settings.model):
         from tfx_accum.components.training.custom_model import narrow_to_declared
 
-        data = narrow_to_declared(settings.model, data, component)
+        data = narrow_to_declared(settings, data, component)
     return data
 
 
