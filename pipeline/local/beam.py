@@ -16,7 +16,9 @@ Every Beam component's executor also packages TFX itself as an sdist for remote 
 on a 2-core machine) unless one of Beam's dependency options is set. The DirectRunner never
 reads it: its workers are this interpreter, in this process (``in_memory``) or as
 ``sys.executable -m apache_beam.runners.worker.sdk_worker_main`` (``multi_processing``).
-:func:`without_tfx_sdist` says so to TFX for DirectRunner arguments.
+Nor does the project's DaskRunner (:data:`DASK_RUNNER`): its workers are processes started
+in an environment like this one, with tfx-accum installed (``--dask-scheduler`` checks
+that), and it installs nothing. :func:`without_tfx_sdist` says so to TFX for either.
 
 Example:
 
@@ -98,16 +100,21 @@ TFX_DEPENDENCY_OPTIONS = frozenset(
 # (``--environment_type=DOCKER``...), which may install the package.
 LEFT_TO_TFX = TFX_DEPENDENCY_OPTIONS | {"environment_type"}
 DIRECT_RUNNERS = frozenset({"directrunner", "direct", "switchingdirectrunner"})
+DASK_RUNNER = "tfx_accum.pipeline.local.dask_runner.DaskRunner"  # --runner's full path
+# Runners whose workers run in an environment like this one's and install nothing.
+NO_PACKAGE_RUNNERS = DIRECT_RUNNERS | {DASK_RUNNER.lower()}
 
 
 def without_tfx_sdist(args: Sequence[str]) -> list[str]:
     """``args``, plus Beam's own SDK image as ``--sdk_container_image`` where they select
-    the DirectRunner and name no dependency option, so that TFX builds no sdist of itself.
+    the DirectRunner (or :data:`DASK_RUNNER`) and name no dependency option, so that TFX
+    builds no sdist of itself.
 
     The image is the one Beam's portable runners start for this Python and Beam version;
-    the DirectRunner's environment is fixed by its running mode and ignores it. Arguments
-    for another runner (Dataflow, Flink), or with an explicit worker environment, are
-    returned unchanged: there TFX's package is what the workers install.
+    the DirectRunner's environment is fixed by its running mode and the DaskRunner's by its
+    workers, and both ignore it. Arguments for another runner (Dataflow, Flink), or with an
+    explicit worker environment, are returned unchanged: there TFX's package is what the
+    workers install.
     """
     names, runner = set(), "directrunner"
     for arg in args:
@@ -116,7 +123,7 @@ def without_tfx_sdist(args: Sequence[str]) -> list[str]:
         names.add("extra_packages" if name == "extra_package" else name)
         if name == "runner":
             runner = value.lower()
-    if runner not in DIRECT_RUNNERS or names & LEFT_TO_TFX:
+    if runner not in NO_PACKAGE_RUNNERS or names & LEFT_TO_TFX:
         return list(args)
     return [*args, f"--sdk_container_image={beam_sdk_image()}"]
 
