@@ -38,8 +38,12 @@ class DaskCluster:
 
 
 @contextlib.contextmanager
-def dask_cluster(logs: Path, workers: int = 2) -> Iterator[DaskCluster]:
-    """A scheduler and ``workers`` single-threaded workers on free ports of 127.0.0.1."""
+def dask_cluster(
+    logs: Path, workers: int = 2, wrap: dict[int, list[str]] | None = None
+) -> Iterator[DaskCluster]:
+    """A scheduler and ``workers`` single-threaded workers on free ports of 127.0.0.1;
+    ``wrap``: a command that runs worker ``i``'s command (as its last arguments)."""
+    wrap = wrap or {}
     (port,) = free_ports(1)
     address = f"tcp://127.0.0.1:{port}"
     logs.mkdir(parents=True, exist_ok=True)
@@ -48,7 +52,11 @@ def dask_cluster(logs: Path, workers: int = 2) -> Iterator[DaskCluster]:
     commands = {
         "scheduler": [*dask, "scheduler", "--host", "127.0.0.1", "--port", str(port)],
         **{
-            f"worker-{i}": [*dask, "worker", address, "--nthreads", "1", "--name", f"worker-{i}"]
+            f"worker-{i}": [
+                *wrap.get(i, []),
+                *dask,
+                *("worker", address, "--nthreads", "1", "--name", f"worker-{i}"),
+            ]
             for i in range(workers)
         },
     }

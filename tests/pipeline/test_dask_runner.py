@@ -23,6 +23,8 @@ from tfx_accum.pipeline.local.dask_runner import RUNNER
 
 STOCK = "apache_beam.runners.dask.dask_runner.DaskRunner"
 
+pytestmark = pytest.mark.e2e  # a scheduler and two workers (processes): about a minute
+
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
