@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dask_cluster import tasks_per_worker
 from pipeline_runs import run_cli
 from statistics_match import assert_same_statistics
 
+from bench.dask_cluster import tasks_per_worker
 from tfx_accum.pipeline.evaluation import read_evaluation
 
 

@@ -6,9 +6,9 @@ transforms the runner translates, and the machinery that invokes a ``DoFn`` on a
 (``DoFnInvoker`` and the output handler the DirectRunner uses). The runner here reuses them
 instead of copying them; each use is below, with what it is for.
 
-Tested with apache-beam 2.74.0, whose ``apache_beam/runners/dask/`` and the names used here
-from ``apache_beam/runners/common.py`` are unchanged through 2.77.0. A Beam release that
-renames one of them breaks an import here, at once, not a pipeline's results.
+Tested with apache-beam 2.74.0 (``apache_beam/runners/dask/`` is the same through 2.77.0,
+which the ``dask`` extra admits). A Beam release that renames one of these breaks an import
+or an attribute here, at once, not a pipeline's results.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import apache_beam as beam
+from apache_beam.internal import pickler  # Beam's own pickling of DoFns and sources
 from apache_beam.runners import common  # DoFnInvoker, DoFnSignature, DoFnContext, Receiver
 from apache_beam.runners.dask import dask_runner, overrides, transform_evaluator
 from apache_beam.transforms import sideinputs, window
@@ -35,6 +36,15 @@ GROUP_BY_KEY_ONLY = overrides._GroupByKeyOnly
 GROUP_ALSO_BY_WINDOW = overrides._GroupAlsoByWindow  # a ParDo: the grouping is done by then
 FLATTEN = overrides._Flatten
 RESHUFFLE = overrides._Reshuffle  # an identity
+
+
+def dumps(value: Any) -> bytes:
+    """``value`` pickled as Beam pickles a DoFn for its workers."""
+    return pickler.dumps(value)
+
+
+def loads(data: bytes) -> Any:
+    return pickler.loads(data)
 
 
 def replacements() -> list:

@@ -55,7 +55,6 @@ from typing import Any
 
 import apache_beam as beam
 from apache_beam import pvalue
-from apache_beam.internal import pickler
 from apache_beam.io import iobase
 from apache_beam.pipeline import AppliedPTransform, PipelineVisitor
 from apache_beam.transforms import window
@@ -184,7 +183,7 @@ class _Translation(PipelineVisitor):
         main_input = next(iter(node.main_inputs.values()))
         args, kwargs = transform.raw_side_inputs
         side_specs = [adapter.side_input_spec(view) for view in node.side_inputs]
-        dofn = pickler.dumps((transform.fn, _window_fn(main_input), list(args), kwargs, side_specs))
+        dofn = adapter.dumps((transform.fn, _window_fn(main_input), list(args), kwargs, side_specs))
         tagged = any(tag is not None for tag in outputs)
         if node.side_inputs:
             # Each side input is a Delayed task the bundles depend on, not a collection
@@ -224,7 +223,7 @@ def _read(source: iobase.BoundedSource):
 
     size = source.estimate_size()
     bundles = [
-        pickler.dumps(bundle)
+        adapter.dumps(bundle)
         for bundle in source.split(desired_bundle_size=iobase.Read.get_desired_chunk_size(size))
     ]
     if not bundles:
@@ -235,7 +234,7 @@ def _read(source: iobase.BoundedSource):
 def _read_bundles(bundles: Iterable[bytes]) -> list:
     elements = []
     for pickled in bundles:
-        bundle = pickler.loads(pickled)
+        bundle = adapter.loads(pickled)
         tracker = bundle.source.get_range_tracker(bundle.start_position, bundle.stop_position)
         elements.extend(bundle.source.read(tracker))
     return elements
@@ -265,7 +264,7 @@ def _values(group):
 def _run_bundle(elements: Iterable[Any], label: str, dofn: bytes, tagged: bool, *sides) -> list:
     """One partition through the ``ParDo``'s ``DoFn`` (unpickled for this bundle); with
     ``tagged``, every output as ``(tag, value)``."""
-    fn, window_fn, args, kwargs, side_specs = pickler.loads(dofn)
+    fn, window_fn, args, kwargs, side_specs = adapter.loads(dofn)
     side_inputs = [adapter.side_input_map(spec, values) for spec, values in zip(side_specs, sides)]
     outputs: list = []
 

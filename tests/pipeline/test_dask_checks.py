@@ -17,8 +17,8 @@ import time
 
 import pytest
 from clusters import free_ports
-from dask_cluster import _end, dask_cluster
 
+from bench.dask_cluster import dask_cluster, end_processes
 from tfx_accum.pipeline.cli.parser import main
 
 pytestmark = pytest.mark.e2e  # starts schedulers and workers (processes)
@@ -61,7 +61,7 @@ def test_a_scheduler_without_workers(tmp_path, capsys):
             time.sleep(1)
         assert "has no workers: start them with `dask worker" in err
     finally:
-        _end([scheduler])
+        end_processes([scheduler])
 
 
 @pytest.fixture(scope="module")

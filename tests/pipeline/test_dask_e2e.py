@@ -8,9 +8,10 @@ test_dask_table.py.
 from __future__ import annotations
 
 import pytest
-from dask_cluster import dask_cluster
 from dask_runs import assert_as_on_the_direct_runner, run_on_dask
 from pipeline_runs import SMALL
+
+from bench.dask_cluster import dask_cluster
 
 pytestmark = pytest.mark.e2e  # a scheduler, two workers and a pipeline run (minutes)
 

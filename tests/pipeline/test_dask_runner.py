@@ -17,8 +17,8 @@ import apache_beam as beam
 import distributed
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
-from dask_cluster import dask_cluster
 
+from bench.dask_cluster import dask_cluster
 from tfx_accum.pipeline.local.dask_runner import RUNNER
 
 STOCK = "apache_beam.runners.dask.dask_runner.DaskRunner"

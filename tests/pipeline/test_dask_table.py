@@ -10,11 +10,11 @@ ExampleGen writes several files per split, so both workers read.
 from __future__ import annotations
 
 import pytest
-from dask_cluster import dask_cluster
 from dask_runs import assert_as_on_the_direct_runner, run_on_dask
 from pipeline_runs import run_cli
 
 from bench.csv_tables import write_csv
+from bench.dask_cluster import dask_cluster
 
 pytestmark = pytest.mark.e2e  # a scheduler, two workers and two pipeline runs (minutes)
 

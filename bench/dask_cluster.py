@@ -1,5 +1,7 @@
 """A Dask cluster of real processes on 127.0.0.1: a scheduler and workers, as a user starts them.
 
+Shared by the tests (tests/pipeline/test_dask_*.py) and ``bench.distributed``.
+
 ``dask scheduler --host 127.0.0.1 --port P --no-dashboard`` and ``dask worker
 tcp://127.0.0.1:P --nthreads 1`` (each in a process group of its own, since a worker's nanny
 starts the worker as its child), ended when the ``with`` block ends, whatever happened in it.
@@ -13,13 +15,12 @@ import contextlib
 import dataclasses
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-
-from clusters import free_ports
 
 START_TIMEOUT = 120  # s: two workers importing distributed on a loaded 2-core machine
 
@@ -44,7 +45,7 @@ def dask_cluster(
     """A scheduler and ``workers`` single-threaded workers on free ports of 127.0.0.1;
     ``wrap``: a command that runs worker ``i``'s command (as its last arguments)."""
     wrap = wrap or {}
-    (port,) = free_ports(1)
+    port = free_port()
     address = f"tcp://127.0.0.1:{port}"
     logs.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
@@ -77,7 +78,14 @@ def dask_cluster(
         _wait_for_workers(cluster, workers, processes)
         yield cluster
     finally:
-        _end(processes)
+        end_processes(processes)
+
+
+def free_port() -> int:
+    """A TCP port of 127.0.0.1 that nothing listens on now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 def _wait_for_workers(cluster: DaskCluster, count: int, processes) -> None:
@@ -101,7 +109,7 @@ def _wait_for_workers(cluster: DaskCluster, count: int, processes) -> None:
             time.sleep(0.5)
 
 
-def _end(processes: list[subprocess.Popen]) -> None:
+def end_processes(processes: list[subprocess.Popen]) -> None:
     """SIGTERM to each process group (workers first), then SIGKILL to what is left."""
     for process in reversed(processes):
         with contextlib.suppress(ProcessLookupError):
