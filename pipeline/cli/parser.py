@@ -359,8 +359,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_beam_option(
         run,
-        "DirectRunner in-memory below 64 MiB and 200,000 rows of input, else one worker per "
-        "128 MiB or 500,000 rows up to the CPUs",
+        "DirectRunner in-memory on 2 CPUs or fewer or below 64 MiB and 200,000 rows of input, "
+        "else one worker per 128 MiB or 500,000 rows up to the CPUs",
     )
     _add_dask_option(
         run,

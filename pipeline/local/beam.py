@@ -1,12 +1,15 @@
 """Beam arguments sized to the data and the machine.
 
-Starting Beam's worker processes costs more than the work on a small input (the 1,797
-digits: CsvExampleGen 11.4 s in ``multi_processing`` mode vs 3.4 s ``in_memory``), while a
-large input needs the workers. The local runner therefore picks the DirectRunner's mode
-from the input's size in bytes *and* in rows: a narrow table is small in bytes but the
-Evaluator's and StatisticsGen's cost is per example (2M rows x 4 columns, 44 MB: the
-Evaluator on its 667k rows took 101 s on one worker, 69 s on two). The workers read the
-split's files in parallel, so ExampleGen writes a large input in several files
+Starting Beam's worker processes costs more than the work on a small input, while a large
+input on many cores needs the workers. The local runner therefore picks the DirectRunner's
+mode from the CPUs and from the input's size in bytes *and* in rows (a narrow table is
+small in bytes, but the Evaluator's and StatisticsGen's cost is per example). On two CPUs
+or fewer it is always ``in_memory``: there ``bench.beam_sizing`` found ``multi_processing``
+slower, and dearer in CPU, for StatisticsGen and the Evaluator at every row count it
+measured (the workers share the cores with the launching process and pay their own start
+and the pickling between them). With more CPUs, one worker per ``BYTES_PER_WORKER`` or
+``ROWS_PER_WORKER``, up to the CPUs: not measured here (a 2-core machine). The workers read
+the split's files in parallel, so ExampleGen writes a large input in several files
 (``components/data/csv_examples.py``), and each worker batches TFXIO's reads by bytes
 (``--beam_plugins``: ``pipeline/local/tfxio_batching.py``). ``--beam-pipeline-args``
 replaces the choice entirely (for example ``--runner=DataflowRunner ...``).
@@ -41,8 +44,9 @@ from tfx_accum.pipeline.errors import InputError
 
 BEAM_PLUGIN_ARG = "--beam_plugins=tfx_accum.pipeline.local.tfxio_batching"
 
-# Below both, one in-process worker is fastest; above either, one worker per
-# BYTES_PER_WORKER or ROWS_PER_WORKER, whichever asks for more.
+# Below both, or on at most IN_MEMORY_CPUS CPUs, one in-process worker; above either, one
+# worker per BYTES_PER_WORKER or ROWS_PER_WORKER, whichever asks for more.
+IN_MEMORY_CPUS = 2
 SMALL_INPUT_BYTES = 64 * 2**20
 BYTES_PER_WORKER = 128 * 2**20
 SMALL_INPUT_ROWS = 200_000
@@ -61,12 +65,12 @@ def local_beam_args(input_bytes: int, cpus: int, rows: int = 0) -> tuple[list[st
     """The DirectRunner's mode and worker count for an input of ``input_bytes`` and ``rows``."""
     mib = input_bytes / 2**20
     small = input_bytes < SMALL_INPUT_BYTES and rows < SMALL_INPUT_ROWS
-    if small or cpus < 2:
+    if small or cpus <= IN_MEMORY_CPUS:
         reason = (
             f"input {mib:.1f} MiB < {SMALL_INPUT_BYTES // 2**20} MiB and "
             f"{rows:,} rows < {SMALL_INPUT_ROWS:,}"
             if small
-            else "one CPU"
+            else f"{cpus} CPU(s): worker processes pay only on more than {IN_MEMORY_CPUS}"
         )
         return direct_args(1), reason
     wanted = max(-(-input_bytes // BYTES_PER_WORKER), -(-rows // ROWS_PER_WORKER))
@@ -135,14 +139,15 @@ def beam_sdk_image() -> str:
 
 
 def pod_beam_args(cpus: float) -> list[str]:
-    """DirectRunner arguments for a Kubeflow pod with ``cpus`` CPUs (not the node's count).
+    """DirectRunner arguments for a Kubeflow pod with ``cpus`` CPUs (not the node's count):
+    in-process on at most ``IN_MEMORY_CPUS``, as a local run, else one worker per CPU.
 
     ``--direct_num_workers=0`` would start one worker per CPU of the *node*, which can
     exceed the pod's memory limit on a large node. With several workers, each batches
     TFXIO's reads by bytes, as the local run's do (``BEAM_PLUGIN_ARG``; the pod's image has
     this package).
     """
-    return direct_args(max(1, int(cpus)))
+    return direct_args(1 if cpus <= IN_MEMORY_CPUS else int(cpus))
 
 
 def parse_beam_args(text: str | None) -> list[str] | None:
