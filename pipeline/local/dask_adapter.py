@@ -18,9 +18,11 @@ from typing import Any
 
 import apache_beam as beam
 from apache_beam.internal import pickler  # Beam's own pickling of DoFns and sources
+from apache_beam.pipeline import PTransformOverride
 from apache_beam.runners import common  # DoFnInvoker, DoFnSignature, DoFnContext, Receiver
 from apache_beam.runners.dask import dask_runner, overrides, transform_evaluator
 from apache_beam.transforms import sideinputs, window
+from apache_beam.transforms.combiners import LiftedCombinePerKey
 from apache_beam.utils.windowed_value import WindowedValue
 
 BeamDaskRunner = dask_runner.DaskRunner
@@ -50,6 +52,26 @@ def loads(data: bytes) -> Any:
 def replacements() -> list:
     """Beam's DaskRunner's ``PTransformOverride`` s (``Pipeline.replace_all`` takes them)."""
     return dask_runner.dask_overrides()
+
+
+class LiftedCombines(PTransformOverride):
+    """``CombinePerKey`` in the default windowing as Beam's DirectRunner runs it
+    (``direct_runner.CombinePerKeyOverride``): combined per bundle before the shuffle
+    (``LiftedCombinePerKey``), so that accumulators, not every input, cross it."""
+
+    def matches(self, applied_ptransform) -> bool:
+        transform = applied_ptransform.transform
+        return (
+            isinstance(transform, beam.CombinePerKey)
+            and applied_ptransform.inputs[0].windowing.is_default()
+        )
+
+    def get_replacement_transform_for_applied_ptransform(self, applied_ptransform):
+        transform = applied_ptransform.transform
+        try:
+            return LiftedCombinePerKey(transform.fn, transform.args, transform.kwargs)
+        except NotImplementedError:  # ten side inputs or more: Beam does not lift those
+            return transform
 
 
 def bag_options(options) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -24,7 +24,9 @@ result, and replaces its translation where it is wrong:
    reads it, with its side effects (a file sink's ``initialize_write`` makes a new
    temporary directory each time).
 
-Beyond those, the translation refuses what it cannot run (a leaf transform it has no
+As on Beam's DirectRunner, a ``CombinePerKey`` is combined within each partition before
+its shuffle, so that accumulators, not every input, travel between workers. Beyond those,
+the translation refuses what it cannot run (a leaf transform it has no
 translation for, a non-global ``WindowInto``) instead of passing the input through, and
 ``GroupByKey`` always shuffles through the cluster's tasks, never through one machine's
 disk. As with Beam's runner, every element is in the global window; windowed and streaming
@@ -77,7 +79,8 @@ class DaskRunner(adapter.BeamDaskRunner):
         client_options, bag_options = adapter.bag_options(options)
         client = distributed.Client(**client_options)
         try:
-            pipeline.replace_all(adapter.replacements())
+            # Combines lifted first: their expansion's GroupByKey is then replaced too.
+            pipeline.replace_all([adapter.LiftedCombines(), *adapter.replacements()])
             translation = _Translation(bag_options)
             pipeline.visit(translation)
             # Every PCollection nothing reads is a branch's end: all are computed, as one
@@ -122,7 +125,10 @@ class _Translation(PipelineVisitor):
         return [bag for pcoll, bag in self.bags.items() if pcoll not in self.consumed]
 
     def visit_transform(self, node: AppliedPTransform) -> None:
-        inputs = [self.bags[p] for p in node.main_inputs.values() if p in self.bags]
+        # Every main input but the pipeline's beginning (Create's, Read's) has a bag by now.
+        inputs = [
+            self.bags[p] for p in node.main_inputs.values() if isinstance(p, pvalue.PCollection)
+        ]
         self.consumed.update(node.main_inputs.values())
         self.consumed.update(side.pvalue for side in node.side_inputs)
         transform = node.transform
