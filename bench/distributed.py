@@ -50,6 +50,7 @@ COMPONENTS = (
     "Pusher",
 )
 ON_THE_CLUSTER = ("StatisticsGen", "Evaluator")
+NOISE = 0.1  # a ratio within 10% of 1 is not told apart from no change on this machine
 _RUNNING = re.compile(r"^\[pipeline\] (\S+) running \.\.\.$")
 _DONE = re.compile(r"^\[pipeline\] (\S+) done \(")
 _EVAL_ROWS = re.compile(r"; ([\d,]+) eval examples")
@@ -235,10 +236,11 @@ def summarise(results: dict, workers: list[int]) -> None:
         return
     one, two = ratios[names[1]], ratios[names[2]]
     gain = one / two
+    verdict = "faster" if gain > 1 + NOISE else "slower" if gain < 1 - NOISE else "no different"
     results["expectation"] = (
         f"What to expect per added worker, from these figures: the second worker made "
-        f"StatisticsGen and the Evaluator {gain:.2f}x as fast as one worker "
-        f"({'faster' if gain > 1 else 'no faster'}), here where both workers, the scheduler "
+        f"StatisticsGen and the Evaluator {gain:.2f}x as fast as one worker ({verdict}, "
+        f"taking a change within {NOISE:.0%} as noise), here where both workers, the scheduler "
         f"and the command share {os.cpu_count()} cores; on one machine the DirectRunner "
         f"is {'faster' if min(ratios.values()) > 1 else 'slower'} than the cluster "
         f"({min(ratios.values()):.2f}x at best). A worker on a machine of its own adds that "

@@ -3,7 +3,8 @@
 The Beam components' outputs must be the DirectRunner's: the statistics equal but for the
 quantiles sketch's figures, which must be within its error (tests/statistics_match.py), and
 the evaluation metrics and blessing equal (the CSV ExampleGen, the Tuner and the Trainer
-run in the command's process either way, so the model is the same). Both workers must have
+run in the command's process either way, and ImportExampleGen's split is by each record's
+hash, so the model is the same). Both workers must have
 run some of the work, as the scheduler recorded it.
 """
 
@@ -37,14 +38,16 @@ def run_on_dask(cluster, output_dir: Path, *args: str):
     return proc, counts
 
 
-def assert_as_on_the_direct_runner(direct: Path, on_dask: Path, counts) -> int:
+def assert_as_on_the_direct_runner(
+    direct: Path, on_dask: Path, counts, example_gen: str = "CsvExampleGen"
+) -> int:
     """The Dask run's statistics and evaluation are the DirectRunner run's, and both workers
     ran tasks. Returns the numeric features whose sketched figures were checked."""
     assert len(counts) == 2 and min(counts.values()) > 0, f"tasks per worker: {dict(counts)}"
     checked = assert_same_statistics(
         latest(direct, "StatisticsGen", "statistics"),
         latest(on_dask, "StatisticsGen", "statistics"),
-        latest(direct, "CsvExampleGen", "examples"),
+        latest(direct, example_gen, "examples"),
     )
     reference = read_evaluation(latest(direct, "Evaluator", "evaluation"))
     evaluated = read_evaluation(latest(on_dask, "Evaluator", "evaluation"))

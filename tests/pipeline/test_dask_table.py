@@ -1,4 +1,5 @@
-"""A 200,000-row table on a Dask cluster of two worker processes, against the DirectRunner.
+"""A 200,000-row table, and TFRecords, on a Dask cluster of two worker processes, against the
+DirectRunner.
 
 The same command runs twice on the same CSV (10 numeric columns and a 10-class label, from
 bench.csv_tables, as bench.distributed's table): on the DirectRunner (the default sizing
@@ -40,3 +41,17 @@ def test_a_200k_row_table_on_dask_as_on_the_direct_runner(cluster, tmp_path):
     assert assert_as_on_the_direct_runner(tmp_path / "direct", tmp_path / "dask", counts) == (
         2 * 2 * (COLUMNS + 1)  # each split's columns and label, in both runs
     )
+
+
+def test_tfrecords_on_dask_as_on_the_direct_runner(cluster, tmp_path):
+    """ImportExampleGen (a Beam pipeline of TFX's: read, split, write) on the cluster too:
+    the embedded digit images, TFRecords of tf.Examples."""
+    common = ("--embedded", "digit-images", "--no-tune", "--train-steps", "20")
+    direct, _ = run_cli(*common, "--allow-unblessed", "--output-dir", str(tmp_path / "direct"))
+    assert direct.returncode == 0, direct.stdout[-3000:] + direct.stderr[-3000:]
+    proc, counts = run_on_dask(cluster, tmp_path / "dask", *common, "--allow-unblessed")
+    assert "ImportExampleGen done" in proc.stdout
+    checked = assert_as_on_the_direct_runner(
+        tmp_path / "direct", tmp_path / "dask", counts, example_gen="ImportExampleGen"
+    )
+    assert checked > 0
