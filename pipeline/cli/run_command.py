@@ -42,6 +42,11 @@ def run(args: argparse.Namespace) -> int:
     output_dir = Path(args.output_dir).resolve()
     # Read only: a missing one is created by claim().
     output_dirs.check(output_dir, args.data_root, getattr(args, "force", False))
+    if args.dask_scheduler is not None:  # it answers, with workers of this environment
+        from tfx_accum.pipeline.local import dask_cluster
+
+        workers = dask_cluster.check_scheduler(args.dask_scheduler)
+        console.say(f"[dask] {args.dask_scheduler}: {len(workers)} worker(s)")
     # Your data is checked before anything is written (the output directory included);
     # the embedded data are written, if need be, once the directory is ours.
     if args.data_root:
@@ -84,6 +89,11 @@ def run(args: argparse.Namespace) -> int:
             console.say(f"[data] model: {model_name} (the default for {data}; --model to choose)")
         if checked.label_warning():
             console.say(f"[data] warning: {checked.label_warning()}")
+        if args.dask_scheduler is not None:  # before any component runs
+            dask_cluster.check_shared_storage(
+                args.dask_scheduler, output_dir, data_root, checked.files
+            )
+            console.say("[dask] every worker sees --data-root and --output-dir")
         log = output_dir / "logs" / time.strftime("run-%Y%m%d-%H%M%S.log")
         run_started = datetime.datetime.now().isoformat()
         with console.capture(log, verbose=args.verbose) as captured:
