@@ -22,7 +22,7 @@ from tfx_accum.pipeline.cli.arguments import (
     pipeline_settings,
 )
 from tfx_accum.pipeline.cli.summary import summary_lines, trial_files
-from tfx_accum.pipeline.config import EXIT_UNBLESSED
+from tfx_accum.pipeline.config import EXIT_FAILED, EXIT_UNBLESSED
 from tfx_accum.pipeline.errors import InputError
 
 
@@ -124,7 +124,9 @@ def _run_pipeline(args, settings_, output_dir: Path, run: _LocalRun) -> int:
             enable_cache=not args.no_cache,
             **settings_,
         )
-        summary = read_summary(str(paths.metadata_path), run.run_started)
+        summary = read_summary(
+            str(paths.metadata_path), run.run_started, str(paths.serving_model_dir)
+        )
         written = trial_files(summary, paths.output_dir, run.blessing.task)
     except InputError:
         raise  # bad input: main prints it as one line, exit 2
@@ -142,6 +144,8 @@ def _run_pipeline(args, settings_, output_dir: Path, run: _LocalRun) -> int:
         args.allow_unblessed,
     ):
         console.say(line)
+    if summary.not_served:
+        return EXIT_FAILED
     if summary.blessed is False and not args.allow_unblessed:
         return EXIT_UNBLESSED
     return 0

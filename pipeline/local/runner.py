@@ -196,10 +196,14 @@ def run_local(
         **pipeline_settings,
     )
     if enable_cache and paths.metadata_path.exists():
-        from tfx_accum.pipeline.checks.cache_check import verify_cached_examples
+        from tfx_accum.pipeline.checks.cache_check import (
+            verify_cached_examples,
+            verify_cached_pushes,
+        )
 
         for line in verify_cached_examples(str(paths.metadata_path)):
             console.say(line)
+        verify_cached_pushes(str(paths.metadata_path), str(paths.serving_model_dir))
     _install_progress()
     if orchestrator == "beam":
         from tfx.orchestration.beam.beam_dag_runner import BeamDagRunner
