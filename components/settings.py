@@ -81,6 +81,7 @@ MODULE_CONFIG_KEYS = {
     "seed": "the search's seed, for the Trainer's initial weights and data order",
     "train_budget": "'best_trial': the Trainer trains for the best trial's examples",
     "statistics": "StatisticsGen's statistics (set by tfx_accum's Tuner and Trainer)",
+    "model_code": "a model function's files and their SHA-256 (part of TFX's cache key)",
 }
 # Read by TFX itself (its Google Cloud extensions: ai_platform_training_args, ...).
 TFX_CONFIG_PREFIXES = ("ai_platform_", "remote_trials_working_dir")

@@ -40,6 +40,7 @@ from tfx_accum.components.settings import (
     Hyperparameters,
     ModelSettings,
 )
+from tfx_accum.components.training.model_code import model_code
 from tfx_accum.components.training.pusher import Pusher
 from tfx_accum.components.training.tfx_components import Trainer, Tuner
 from tfx_accum.pipeline import run_parameters as params
@@ -120,6 +121,10 @@ def create_pipeline(
     search_space = search_space or SearchSpace()
     model_settings = model_settings or ModelSettings()
     custom_config: dict[str, Any] = model_settings.to_custom_config()
+    if code := model_code(model_settings.model):
+        # The Tuner's and Trainer's properties, so their cache keys: an edited model
+        # function (or a module it imports) is searched and trained again.
+        custom_config["model_code"] = code
     label_key = model_settings.label_key
     run = params.RunParameters.of(
         data_root=data_root,

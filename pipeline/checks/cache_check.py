@@ -19,6 +19,8 @@ Taken out of the cache: marked ``MARKED_FOR_DELETION``, which TFX's cache skips
 
 from __future__ import annotations
 
+import json
+
 from ml_metadata import metadata_store
 from ml_metadata.proto import metadata_store_pb2
 
@@ -83,6 +85,26 @@ def verify_cached_pushes(metadata_path: str, serving_dir: str) -> int:
     if stale:
         store.put_artifacts(stale)
     return len(stale)
+
+
+def changed_model_code(metadata_path: str, model: str, code: dict[str, str]) -> list[str]:
+    """The files of model function ``model`` whose code differs from the last run here
+    that trained it (its Tuner's or Trainer's ``custom_config["model_code"]``); empty when
+    none does, or no earlier run trained it."""
+    from tfx_accum.components.training.model_code import changed_files
+
+    store = _store(metadata_path)
+    latest = None
+    for execution in store.get_executions():
+        if "custom_config" not in execution.custom_properties:
+            continue
+        try:
+            config = json.loads(execution.custom_properties["custom_config"].string_value)
+        except (TypeError, ValueError):
+            continue
+        if isinstance(config, dict) and config.get("model") == model and "model_code" in config:
+            latest = config["model_code"]  # executions come in id order: the last one wins
+    return [] if latest is None else changed_files(latest, code)
 
 
 def _pushed_to(artifact: metadata_store_pb2.Artifact) -> str | None:
