@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import time
 from pathlib import Path
 
 from tfx_accum import console, interrupts
 from tfx_accum.components import settings
 from tfx_accum.pipeline.checks.model_choice import check_model_name, model_for
+from tfx_accum.pipeline.checks.serving_signature import check_signature
 from tfx_accum.pipeline.cli.arguments import (
     blessing_from_args,
     model_settings_from_args,
@@ -48,6 +50,16 @@ def run(args: argparse.Namespace) -> int:
         checked = validate_data_root(args.data_root, requested, args.data_format, args.schema)
     else:
         checked = decide_label(embedded_summary(args.embedded), requested)
+    # What the serving directory serves must not change signature unasked (reading a
+    # version's SavedModel starts TensorFlow, whose start-up lines are not the run's).
+    with console.capture(os.devnull, verbose=args.verbose):
+        check_signature(
+            LocalPaths(output_dir).serving_model_dir,
+            checked.task,
+            checked.num_classes,
+            requested.label_key,
+            args.allow_signature_change,
+        )
     # The model must suit the data, the blessing its task, and the batch must fit in it.
     model_name = model_for(args, checked, requested)
     blessing = blessing_from_args(args, checked.task)
