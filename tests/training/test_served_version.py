@@ -10,6 +10,7 @@ import time
 import pytest
 from ml_metadata import metadata_store
 from ml_metadata.proto import metadata_store_pb2
+from pushes import push
 
 from tfx_accum.components.training.serving_versions import newest, next_version, serves
 from tfx_accum.pipeline.checks.cache_check import verify_cached_pushes
@@ -41,31 +42,7 @@ def test_a_push_is_served_only_while_it_exists_and_is_the_newest(tmp_path):
 
 
 def _push(tmp_path, base, model_bytes: bytes):
-    """Runs the project's Pusher executor on a blessed model holding ``model_bytes``."""
-    from tfx.proto import pusher_pb2
-    from tfx.types import standard_artifacts
-    from tfx.utils import proto_utils
-
-    from tfx_accum.components.training.pusher import Executor
-
-    root = tmp_path / f"push-{len(list(tmp_path.iterdir()))}"
-    model_dir = root / "model" / "Format-Serving"
-    model_dir.mkdir(parents=True)
-    (model_dir / "saved_model.pb").write_bytes(model_bytes)
-    model, blessing = standard_artifacts.Model(), standard_artifacts.ModelBlessing()
-    model.uri, blessing.uri = str(root / "model"), str(root / "blessing")
-    blessing.set_int_custom_property("blessed", 1)
-    pushed = standard_artifacts.PushedModel()
-    pushed.uri = str(root / "pushed")
-    destination = pusher_pb2.PushDestination(
-        filesystem=pusher_pb2.PushDestination.Filesystem(base_directory=str(base))
-    )
-    Executor().Do(
-        {"model": [model], "model_blessing": [blessing]},
-        {"pushed_model": [pushed]},
-        {"push_destination": proto_utils.proto_to_json(destination)},
-    )
-    return pushed
+    return push(tmp_path / f"push-{len(list(tmp_path.iterdir()))}", base, model_bytes)
 
 
 def test_two_pushes_in_one_second_land_in_two_versions(tmp_path, monkeypatch):
