@@ -81,7 +81,6 @@ MODULE_CONFIG_KEYS = {
     "seed": "the search's seed, for the Trainer's initial weights and data order",
     "train_budget": "'best_trial': the Trainer trains for the best trial's examples",
     "statistics": "StatisticsGen's statistics (set by tfx_accum's Tuner and Trainer)",
-    "model_code": "a model function's files and their SHA-256 (part of TFX's cache key)",
 }
 # Read by TFX itself (its Google Cloud extensions: ai_platform_training_args, ...).
 TFX_CONFIG_PREFIXES = ("ai_platform_", "remote_trials_working_dir")
@@ -237,7 +236,9 @@ class ModelSettings:
     statistics (components/data/tasks.py). ``features``/``exclude_features``: the columns the
     model gets (components/data/columns.py); ``categorical_features``: integer columns that are
     categories, not quantities. ``precision``: the Keras dtype policy the model is built
-    under (:data:`PRECISIONS`).
+    under (:data:`PRECISIONS`). ``model_code``: a model function's files and their SHA-256
+    (components/training/model_code.py), so that TFX's cache key holds the code; ``{}``
+    for a built-in model, and then left out of ``custom_config``.
     """
 
     model: str = DEFAULT_MODEL
@@ -248,6 +249,7 @@ class ModelSettings:
     exclude_features: tuple[str, ...] = ()
     categorical_features: tuple[str, ...] = ()
     precision: str = DEFAULT_PRECISION
+    model_code: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         from tfx_accum.components.data.tasks import TASK_CHOICES, TASKS
@@ -279,12 +281,21 @@ class ModelSettings:
         if self.features is not None and not self.features:
             raise ValueError("`features` must name at least one column, or be left out.")
         check_precision(self.precision)
+        code = self.model_code
+        pairs = tuple(code.items()) if isinstance(code, dict) else tuple(map(tuple, code))
+        if not all(len(p) == 2 and all(isinstance(v, str) for v in p) for p in pairs):
+            raise ValueError(f"`model_code` must map file paths to digests. Received: {code!r}.")
+        object.__setattr__(self, "model_code", tuple(sorted(pairs)))
 
     def to_custom_config(self) -> dict[str, Any]:
         config = dataclasses.asdict(self)
         for name in ("features", "exclude_features", "categorical_features"):
             if config[name] is not None:
                 config[name] = list(config[name])
+        if self.model_code:
+            config["model_code"] = dict(self.model_code)
+        else:  # a built-in model: the same keys as without the field
+            del config["model_code"]
         return config
 
     @classmethod

@@ -16,6 +16,7 @@ blessing threshold are run-time parameters of a compiled pipeline
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
@@ -120,11 +121,11 @@ def create_pipeline(
     """
     search_space = search_space or SearchSpace()
     model_settings = model_settings or ModelSettings()
-    custom_config: dict[str, Any] = model_settings.to_custom_config()
     if code := model_code(model_settings.model):
-        # The Tuner's and Trainer's properties, so their cache keys: an edited model
+        # In the Tuner's and Trainer's properties, so their cache keys: an edited model
         # function (or a module it imports) is searched and trained again.
-        custom_config["model_code"] = code
+        model_settings = dataclasses.replace(model_settings, model_code=tuple(code.items()))
+    custom_config: dict[str, Any] = model_settings.to_custom_config()
     label_key = model_settings.label_key
     run = params.RunParameters.of(
         data_root=data_root,
