@@ -207,6 +207,9 @@ class ModelSettings:
     under (:data:`PRECISIONS`). ``model_hyperparameters``: ``package.module:function``
     returning the ``keras_tuner.HyperParameters`` a model function reads but does not
     declare (TFX's penguin example's ``_get_hyperparameters``); searched with the rest.
+    ``model_code``: a model function's files and their SHA-256
+    (components/training/model_code.py), so that TFX's cache key holds the code; ``{}``
+    for a built-in model, and then left out of ``custom_config``.
     """
 
     model: str = DEFAULT_MODEL
@@ -218,6 +221,7 @@ class ModelSettings:
     categorical_features: tuple[str, ...] = ()
     precision: str = DEFAULT_PRECISION
     model_hyperparameters: str | None = None
+    model_code: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         from tfx_accum.components.data.tasks import TASK_CHOICES, TASKS
@@ -256,6 +260,11 @@ class ModelSettings:
                 "`model_hyperparameters` must name a function as package.module:function. "
                 f"Received: model_hyperparameters={self.model_hyperparameters!r}."
             )
+        code = self.model_code
+        pairs = tuple(code.items()) if isinstance(code, dict) else tuple(map(tuple, code))
+        if not all(len(p) == 2 and all(isinstance(v, str) for v in p) for p in pairs):
+            raise ValueError(f"`model_code` must map file paths to digests. Received: {code!r}.")
+        object.__setattr__(self, "model_code", tuple(sorted(pairs)))
 
     def to_custom_config(self) -> dict[str, Any]:
         config = dataclasses.asdict(self)
@@ -264,6 +273,10 @@ class ModelSettings:
                 config[name] = list(config[name])
         if config["model_hyperparameters"] is None:  # absent: the same keys as without it
             del config["model_hyperparameters"]
+        if self.model_code:
+            config["model_code"] = dict(self.model_code)
+        else:  # a built-in model: the same keys as without the field
+            del config["model_code"]
         return config
 
 

@@ -256,8 +256,8 @@ class AccumulationHyperModel(keras_tuner.HyperModel):
                 if budget.ranking_examples is not None:
                     held_out = held_out.take(budget.ranking_examples)
                 self._held = (
-                    HeldInMemory.first(splits.train, reads) if hold_train else None,
-                    HeldInMemory.first(held_out, scored) if hold_scored else None,
+                    HeldInMemory.first(splits.train, reads, "training") if hold_train else None,
+                    HeldInMemory.first(held_out, scored, "held-out") if hold_scored else None,
                 )
             kept = [h for h in self._held if h is not None]
             if kept:

@@ -47,6 +47,7 @@ from tfx_accum.components.search.micro_batch_probe import (
 from tfx_accum.components.search.search_space import SearchSpace
 from tfx_accum.components.search.search_tuners import make_tuner
 from tfx_accum.components.settings import ModelSettings
+from tfx_accum.components.training.model_code import model_key
 from tfx_accum.components.training.models import describe_precision
 
 __all__ = ["make_tuner", "tuner_fn", "worker_tuner"]
@@ -58,20 +59,18 @@ def search_location(
     """A directory for the search that is the same whenever its inputs are the same.
 
     TFX gives every execution a new working directory, so a Tuner killed mid-search (a
-    preempted pod, Ctrl-C) would start over. Under ``custom_config["search_root"]``
-    (``<pipeline_root>/_search`` from create_pipeline) the search lives in a folder named
+    preempted pod, Ctrl-C) would start over. Under ``root`` (``custom_config["search_root"]``,
+    ``<pipeline_root>/_search`` from create_pipeline) the search lives in a folder named
     by a hash of the examples' and schema's content, the search space and the model
-    settings, and a rerun with the same inputs continues it (on Kubeflow too, where every
+    settings (a model function's code with them: components/training/model_code.py), and a
+    rerun with the same inputs continues it (on Kubeflow too, where every
     run's examples have a new path). ``max_trials`` is left out: more trials continue the
     same search, fewer reuse it. ``None`` without a search root.
     """
-    root = (fn_args.custom_config or {}).get("search_root")
     if not root:
         return None
     key = {name: value for name, value in space.to_config().items() if name != "max_trials"}
-    return location_for_inputs(
-        root, "search", fn_args, space=key, model=settings.to_custom_config()
-    )
+    return location_for_inputs(root, "search", fn_args, space=key, model=model_key(settings))
 
 
 def tuner_fn(fn_args):

@@ -45,12 +45,25 @@ from tfx_accum.components.data.features import DataDescription, Preprocessor
 from tfx_accum.components.data.raw_features import assert_finite_numbers, dense_raw
 from tfx_accum.components.data.raw_features import parse_label as _parse_label
 from tfx_accum.components.data.raw_features import parse_raw as _parse_raw
-from tfx_accum.components.data.tasks import PREDICTION_KEYS, SCORES_KEY
+from tfx_accum.components.data.tasks import (
+    PREDICTION_KEYS,
+    PREDICTIONS_KEY,
+    REGRESSION,
+    SCORES_KEY,
+)
 
 SERVING_SIGNATURE = "serving_default"
 LABELS_SIGNATURE = "transform_labels"
 OUTPUT_KEY = SCORES_KEY  # classification; regression: tasks.PREDICTIONS_KEY
 CLASSES_KEY = "classes"
+
+
+def serving_outputs(task: str, num_classes: int | None) -> dict[str, tuple[str, tuple[int, ...]]]:
+    """The outputs of the ``serving_default`` signature an export for ``task`` has, as
+    ``{name: (dtype, shape)}`` (``-1``: the batch), what a model server's clients read."""
+    if task == REGRESSION:
+        return {PREDICTIONS_KEY: ("float32", (-1, 1))}
+    return {CLASSES_KEY: ("string", (-1, 1)), OUTPUT_KEY: ("float32", (-1, int(num_classes or 0)))}
 
 
 def export_serving_model(

@@ -53,6 +53,7 @@ from tfx_accum.components.settings import (
     TunerDecision,
 )
 from tfx_accum.components.training.export import export_serving_model
+from tfx_accum.components.training.model_code import model_key
 from tfx_accum.components.training.models import build_model, describe_precision, ready_to_trace
 from tfx_accum.components.training.non_finite import StopOnNonFiniteLoss
 from tfx_accum.components.training.training_backup import TrainingBackup
@@ -365,7 +366,8 @@ def backup_location(
     TFX gives every execution a new directory, so the backup lives under
     ``custom_config["backup_root"]`` (``<pipeline_root>/_backup`` from create_pipeline) in
     a folder named by a hash of everything that determines the training: the examples and
-    schema, the hyperparameters, the number of updates and the model settings.
+    schema, the hyperparameters, the number of updates and the model settings (a model
+    function's code with them: components/training/model_code.py).
     """
     if not config.backup_root:
         return os.path.join(fn_args.model_run_dir, "backup")
@@ -376,7 +378,7 @@ def backup_location(
         hyperparameters=hp.to_values(),
         train_steps=fn_args.train_steps,
         updates=updates,
-        model=config.model_settings.to_custom_config(),
+        model=model_key(config.model_settings),
     )
 
 

@@ -370,6 +370,12 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"exit 0 also when the Evaluator does not bless the model (else {EXIT_UNBLESSED})",
     )
     run.add_argument(
+        "--allow-signature-change",
+        action="store_true",
+        help="push into an --output-dir whose serving_model serves other outputs (another label "
+        "or task): a server watching it switches to this run's signature",
+    )
+    run.add_argument(
         "--verbose",
         action="store_true",
         help="show the libraries' output on the console too (always in the run's log file)",
