@@ -13,6 +13,12 @@ component's ``module_path``, this module): TFMA's default extractors, after one
 :func:`ColumnsExtractor` that keeps the raw examples and the columns the ``EvalConfig``
 names (labels, example weights, slicing keys). An ``EvalConfig`` with SQL slices may read
 any column: then every column is kept, as without this module.
+
+Where the ``EvalConfig`` has the overall slice only (the pipeline's), every example's slice
+key is the empty one, which TFMA's ``SliceKeyExtractor`` works out example by example in a
+stage of its own after unbatching. :func:`OverallSliceExtractor` sets it per batch instead,
+before TFMA's own unbatching splits it with the rest of the batch: the same per-example
+extracts, one per-example stage fewer. Any other slicing keeps TFMA's slicer.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from __future__ import annotations
 from typing import Any
 
 import apache_beam as beam
+import numpy as np
 import pyarrow as pa
 import tensorflow_model_analysis as tfma
 from tensorflow_model_analysis import constants
@@ -83,17 +90,71 @@ def _KeepColumns(extracts: beam.PCollection, columns: set[str] | None) -> beam.P
     return extracts | "KeepColumns" >> beam.Map(keep)
 
 
+def overall_slice_only(eval_config: tfma.EvalConfig) -> bool:
+    """Whether ``eval_config`` slices into the overall slice only (no slicing specs is the
+    overall slice, as TFMA reads it)."""
+    overall = tfma.SlicingSpec()
+    return not eval_config.cross_slicing_specs and all(
+        spec == overall for spec in eval_config.slicing_specs
+    )
+
+
+def OverallSliceExtractor() -> tfma.extractors.Extractor:  # noqa: N802
+    """TFMA's ``UnbatchExtractor`` and ``SliceKeyExtractor`` for an ``EvalConfig`` of the
+    overall slice only: each batch's examples keyed to the overall slice as one array,
+    then split by TFMA's unbatching. Named as TFMA's slicing stage, after which its
+    evaluators run (``MetricsPlotsAndValidationsEvaluator``'s ``run_after``)."""
+    return tfma.extractors.Extractor(
+        stage_name=tfma.extractors.SLICE_KEY_EXTRACTOR_STAGE_NAME,
+        ptransform=_KeyOverallSliceAndUnbatch(tfma.extractors.UnbatchExtractor().ptransform),
+    )
+
+
+def overall_slice_keys(batch: dict[str, Any]) -> dict[str, Any]:
+    """``batch`` with each of its examples' slice keys: the overall slice's (``()``), as an
+    array that TFMA's unbatching splits into the array ``SliceKeyExtractor`` gives."""
+    keys = np.empty(_examples_in(batch), dtype=object)
+    keys.fill(())
+    return {**batch, constants.SLICE_KEY_TYPES_KEY: keys}
+
+
+def _examples_in(batch: dict[str, Any]) -> int:
+    """How many examples a batched extract holds: its serialized examples (TFMA's
+    ``FeaturesExtractor`` moves them from the Arrow batch to ``tfma.INPUT_KEY``)."""
+    if constants.INPUT_KEY in batch:
+        return len(batch[constants.INPUT_KEY])
+    if constants.ARROW_RECORD_BATCH_KEY in batch:
+        return batch[constants.ARROW_RECORD_BATCH_KEY].num_rows
+    raise ValueError(
+        f"{tfma.extractors.SLICE_KEY_EXTRACTOR_STAGE_NAME}: a batch without its examples "
+        f"({constants.INPUT_KEY!r} or {constants.ARROW_RECORD_BATCH_KEY!r}); keys: {sorted(batch)}"
+    )
+
+
+@beam.ptransform_fn
+def _KeyOverallSliceAndUnbatch(  # noqa: N802
+    extracts: beam.PCollection, unbatch: beam.PTransform
+) -> beam.PCollection:
+    return extracts | "KeyOverallSlice" >> beam.Map(overall_slice_keys) | "Unbatch" >> unbatch
+
+
 def custom_extractors(
     eval_shared_model: Any,
     eval_config: tfma.EvalConfig,
     tensor_adapter_config: Any,
 ) -> list[tfma.extractors.Extractor]:
-    """TFX Evaluator's hook: :func:`ColumnsExtractor`, then TFMA's default extractors."""
-    return [
-        ColumnsExtractor(eval_config),
-        *tfma.default_extractors(
-            eval_shared_model=eval_shared_model,
-            eval_config=eval_config,
-            tensor_adapter_config=tensor_adapter_config,
-        ),
+    """TFX Evaluator's hook: :func:`ColumnsExtractor`, then TFMA's default extractors, their
+    last two (unbatching, slicing) as one :func:`OverallSliceExtractor` where the config
+    has the overall slice only."""
+    extractors = tfma.default_extractors(
+        eval_shared_model=eval_shared_model,
+        eval_config=eval_config,
+        tensor_adapter_config=tensor_adapter_config,
+    )
+    last = [
+        tfma.extractors.UnbatchExtractor().stage_name,
+        tfma.extractors.SLICE_KEY_EXTRACTOR_STAGE_NAME,
     ]
+    if overall_slice_only(eval_config) and [x.stage_name for x in extractors[-2:]] == last:
+        extractors = [*extractors[:-2], OverallSliceExtractor()]
+    return [ColumnsExtractor(eval_config), *extractors]
