@@ -149,9 +149,11 @@ def test_a_feature_slice_keeps_tfmas_slicer(saved):
     assert len(ours) == 3  # the overall slice and one per label value
 
 
-def test_the_overall_slice_extractor_gives_tfmas_extracts(tmp_path):
+@pytest.mark.parametrize("keep_inputs", [True, False])
+def test_the_overall_slice_extractor_gives_tfmas_extracts(tmp_path, keep_inputs):
     """A batch through OverallSliceExtractor and through TFMA's UnbatchExtractor and
-    SliceKeyExtractor: the same per-example extracts."""
+    SliceKeyExtractor: the same per-example extracts (without the features and serialized
+    examples where not ``keep_inputs``)."""
     config = eval_config(tasks.MULTICLASS, LABEL, 3)
     assert evaluator_inputs.overall_slice_only(config)
     batch = {
@@ -166,7 +168,7 @@ def test_the_overall_slice_extractor_gives_tfmas_extracts(tmp_path):
             tfma.extractors.UnbatchExtractor(),
             tfma.extractors.SliceKeyExtractor(eval_config=config, materialize=False),
         ],
-        "ours": [evaluator_inputs.OverallSliceExtractor()],
+        "ours": [evaluator_inputs.OverallSliceExtractor(keep_inputs=keep_inputs)],
     }
     outputs = {}
     for name, chain in chains.items():
@@ -182,12 +184,66 @@ def test_the_overall_slice_extractor_gives_tfmas_extracts(tmp_path):
             )
         outputs[name] = pickle.loads(path.read_bytes())
     assert len(outputs["ours"]) == len(outputs["tfma"]) == 3
+    dropped = set() if keep_inputs else {constants.INPUT_KEY, constants.FEATURES_KEY}
     for ours, theirs in zip(outputs["ours"], outputs["tfma"]):
-        assert ours.keys() == theirs.keys()
+        assert ours.keys() == theirs.keys() - dropped
         for key, value in theirs.items():
+            if key in dropped:
+                continue
             np.testing.assert_equal(ours[key], value)
             assert type(ours[key]) is type(value), key
     assert list(outputs["ours"][0][constants.SLICE_KEY_TYPES_KEY]) == [()]
+
+
+def _sampled_labels(config: tfma.EvalConfig) -> tfma.EvalConfig:
+    """``config`` with TFMA's FixedSizeSample of the label feature: a metric whose
+    preprocessor reads the features after slicing."""
+    config.metrics_specs.add().metrics.add(
+        class_name="FixedSizeSample",
+        module="tensorflow_model_analysis.metrics.sample_metrics",
+        config=f'{{"sampled_key": "{LABEL}", "size": 1000}}',
+    )
+    return config
+
+
+def test_a_metric_reading_the_features_keeps_them(saved):
+    """A metric that reads a feature after slicing: the overall slice is still keyed per
+    batch, and the features reach it (the metrics equal TFMA's defaults')."""
+    config = _sampled_labels(eval_config(tasks.BINARY, LABEL, 2))
+    results = {}
+    for name, extractors in (("sampled-ours", _ours), ("sampled-default", lambda m, c: None)):
+        result, keyed = _evaluate(saved, name, extractors, config)
+        results[name] = dict(result.slicing_metrics)[()][""][""]
+        assert keyed == (0 if name == "sampled-ours" else 500)
+    ours, default = results["sampled-ours"], results["sampled-default"]
+    assert ours.keys() == default.keys()
+    sample, theirs = (r.pop("fixed_size_sample")["arrayValue"] for r in (ours, default))
+    assert sample["shape"] == theirs["shape"] == [500, 1]  # every example's label, sampled
+    assert sorted(sample["int64Values"]) == sorted(theirs["int64Values"])
+    assert ours == default
+
+
+def test_which_configs_read_the_inputs_after_slicing(saved):
+    _, model_dir, _ = saved
+    config = eval_config(tasks.BINARY, LABEL, 2)
+    shared = tfma.default_eval_shared_model(model_dir, eval_config=config)
+    assert shared.model_type == tfma.TF_GENERIC  # a SavedModel, not a tf.keras model
+    for task, classes in ((tasks.BINARY, 2), (tasks.MULTICLASS, 3), (tasks.REGRESSION, None)):
+        pipelines = eval_config(task, LABEL, classes)
+        assert not evaluator_inputs.read_after_slicing(pipelines, shared), task
+        assert not evaluator_inputs.read_after_slicing(pipelines, [shared, shared]), task
+    assert evaluator_inputs.read_after_slicing(
+        _sampled_labels(eval_config(tasks.BINARY, LABEL, 2)), shared
+    )
+    grouped = eval_config(tasks.BINARY, LABEL, 2)
+    grouped.metrics_specs[0].query_key = "query"
+    assert evaluator_inputs.read_after_slicing(grouped, shared)
+    # A tf.keras model's own compiled metrics are computed from its features.
+    keras_model = shared._replace(model_type=tfma.TF_KERAS)
+    assert evaluator_inputs.read_after_slicing(config, keras_model)
+    assert evaluator_inputs.read_after_slicing(config, {"candidate": keras_model})
+    config.options.include_default_metrics.value = False
+    assert not evaluator_inputs.read_after_slicing(config, keras_model)
 
 
 def test_the_overall_slice_only():
