@@ -41,7 +41,9 @@ __all__ = [
     "LossPlan",
     "LossTerm",
     "Part",
+    "OutputShare",
     "Shares",
+    "compiled_shares",
     "output_share",
     "split",
     "summed",
@@ -264,25 +266,57 @@ def _share(part: Part, shares: Shares, totals: list[Any] | None, scale: str) -> 
     return value * ops.divide_no_nan(total(0), total(1) + part.offset)
 
 
-def output_share(term: LossTerm, shares: Shares) -> tuple[Any, Any, bool]:
-    """``(share, logged, unreduced)`` of one output's loss on a micro-batch (share mode).
+@dataclasses.dataclass
+class OutputShare:
+    """One output's loss on a micro-batch, in share mode: ``share`` to differentiate,
+    ``logged`` for the loss tracker and the ``<output>_loss`` metric (both sum over the
+    micro-batches to Keras's values), ``unreduced`` when the loss returned values rather
+    than one value (reduction None), ``elements`` their count over the whole batch."""
+
+    share: Any
+    logged: Any
+    unreduced: bool = False
+    elements: Any = None
+
+
+def output_share(term: LossTerm, shares: Shares) -> OutputShare:
+    """The share of one output's loss on a micro-batch (share mode).
 
     A scalar value is the share itself (scaled by the plan when the loss made no reduction
-    of Keras's). Unreduced values (reduction None, or a ``__call__`` returning a vector;
-    ``unreduced`` is then true) are differentiated as their sum and logged as their mean, as
-    Keras's loss tracker and ``<output>_loss`` metrics take them: ``logged`` sums to that
-    mean over the micro-batches.
+    of Keras's). Unreduced values (reduction None, or a ``__call__`` returning a vector) are
+    differentiated as their sum and logged as their mean, as Keras's loss tracker and
+    ``<output>_loss`` metrics take them.
     """
     value = ops.cast(term.value, "float32")
     if len(value.shape) == 0:
         if not term.parts and shares.plan.output_scale == MEAN_OF_SAMPLES:
             value = value * ops.cast(shares.fraction, "float32")
-        return value, value, False
+        return OutputShare(value, value)
     total = ops.sum(value)
     elements = ops.cast(shares.samples, "float32") * ops.cast(
         _elements_per_sample(value), "float32"
     )
-    return total, ops.divide_no_nan(total, elements), True
+    return OutputShare(total, ops.divide_no_nan(total, elements), True, elements)
+
+
+def compiled_shares(terms: list[LossTerm], shares: list[Shares]) -> list[OutputShare]:
+    """Every output's share, added up as ``CompileLoss`` adds the outputs' losses.
+
+    Keras sums the outputs' values with ``+``: next to unreduced values, a scalar loss is
+    broadcast to each of their elements, and the gradient of the sum counts it once per
+    element of the whole batch; its share is scaled alike (its logged value is not, as
+    Keras's loss tracker averages the elements).
+    """
+    outputs = [output_share(term, each) for term, each in zip(terms, shares)]
+    counts = [o.elements for o in outputs if o.unreduced]
+    if counts:
+        spread = counts[0]
+        for count in counts[1:]:
+            spread = ops.maximum(spread, count)
+        for output in outputs:
+            if not output.unreduced:
+                output.share = output.share * spread
+    return outputs
 
 
 def summed(terms: list[LossTerm]) -> tuple[list[tuple[int, int, int]], list[Any]]:
@@ -364,7 +398,7 @@ def recombined(
     for piece in pieces:
         rows = int(ops.shape(piece[1])[0])
         shares = Shares(float(samples), rows / samples, totals, plan)
-        share, logged, _ = output_share(split(loss, *piece, shares=shares), shares)
-        share_sum += float(np.asarray(share, "float64"))
-        logged_sum += float(np.asarray(logged, "float64"))
+        output = output_share(split(loss, *piece, shares=shares), shares)
+        share_sum += float(np.asarray(output.share, "float64"))
+        logged_sum += float(np.asarray(output.logged, "float64"))
     return share_sum, logged_sum, own

@@ -527,18 +527,18 @@ class GradientAccumulationModel(keras.Model):
             return loss_split.split(loss, y_true, y_pred_output, output_weight, shares[-1])
 
         terms = adapter.compile_loss_terms(self, y, y_pred, sample_weight, split)
-        for index, (term, term_shares) in enumerate(zip(terms, shares)):
+        outputs = loss_split.compiled_shares(terms, shares)
+        for index, (term, output) in enumerate(zip(terms, outputs)):
             self._note_loss_problem(index, term)
-            share, logged, unreduced = loss_split.output_share(term, term_shares)
-            if unreduced and _BACKEND == "jax":
+            if output.unreduced and _BACKEND == "jax":
                 raise _unreduced_on_jax(term)
             # The <output>_loss metric, as plain Keras updates it: with the output's value
             # weighted by the static batch size, or its values' mean weighted by the rows.
-            step.per_output.append(logged)
-            step.per_output_weights.append(_ROWS if unreduced else step.static_n)
+            step.per_output.append(output.logged)
+            step.per_output_weights.append(_ROWS if output.unreduced else step.static_n)
             weight = 1.0 if term.loss_weight is None else float(term.loss_weight)
-            total += share * weight
-            step.log_delta += (logged - share) * weight
+            total += output.share * weight
+            step.log_delta += (output.logged - output.share) * weight
         user_reduction = self.add_loss_reduction
         for loss in adapter.added_losses(self):
             value = ops.cast(ops.sum(loss), "float32")

@@ -416,3 +416,41 @@ def test_masked_mean_denominator_is_kerass_own():
     weights = keras_loss.apply_mask(None, mask, "float32", "sum_over_batch_size")
     expected = np.float32(5.0) / (np.float32(2.0) + np.float32(masked_mean_epsilon()))
     assert np.asarray(weights)[0] == expected
+
+
+@pytest.mark.skipif(
+    keras.backend.backend() == "jax", reason="plain fit on JAX differentiates a scalar only"
+)
+@pytest.mark.parametrize("k", [3, 1])
+def test_unreduced_and_reduced_outputs_add_up_as_keras_adds_them(k):
+    """Keras adds the outputs' losses with ``+``: a scalar next to unreduced values is
+    broadcast to each of their elements, and its gradient counted once per element."""
+    x, y = DATA["temporal"]
+    targets = {"steps": y, "last": y[:, -1]}
+    weights = {"steps": DATA["temporal_weight"], "last": DATA["sample_weight"]}
+    trained = []
+    for cls in (keras.Model, GradientAccumulationModel):
+        keras.utils.set_random_seed(0)
+        inputs = keras.Input((STEPS, 4))
+        steps = keras.layers.Dense(CLASSES, activation="softmax", name="steps")(inputs)
+        last = keras.layers.Dense(CLASSES, activation="softmax", name="last")(
+            keras.layers.Flatten()(inputs)
+        )
+        model = cls(inputs, {"steps": steps, "last": last})
+        if isinstance(model, GradientAccumulationModel):
+            model.gradient_accumulation_steps = k
+        model.compile(
+            optimizer=keras.optimizers.SGD(0.05),
+            loss={"steps": PerSampleMSE(reduction=None), "last": ScalarMSE(reduction="sum")},
+            loss_weights={"steps": 0.7, "last": 1.3},
+        )
+        history = model.fit(
+            x, targets, sample_weight=weights, batch_size=BATCH, epochs=EPOCHS, shuffle=False,
+            verbose=0,
+        ).history  # fmt: skip
+        trained.append((model.get_weights(), history))
+    (plain, plain_history), (ours, history) = trained
+    assert max_abs_diff(plain, ours) <= TOL
+    assert set(history) == set(plain_history) == {"loss", "steps_loss", "last_loss"}
+    for key in history:
+        np.testing.assert_allclose(history[key], plain_history[key], rtol=1e-5, err_msg=key)
