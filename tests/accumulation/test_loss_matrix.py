@@ -2,9 +2,10 @@
 
 Rows (``STYLES``): a built-in loss; functions returning per-sample values, a scalar mean,
 a batch sum; ``keras.losses.Loss`` subclasses whose ``call`` returns per-sample values or a
-scalar, and subclasses that override ``__call__`` (scaling ``super().__call__()``, or with a
-``__call__`` of their own), with every ``reduction``; and two losses whose micro-batch
-shares cannot add up to the batch's (an RMSE, a square root of ``super().__call__()``).
+scalar, and subclasses that override ``__call__`` (scaling ``super().__call__()``, adding
+two Keras losses, or with a ``__call__`` of their own), with every ``reduction``; and two
+losses whose micro-batch shares cannot add up to the batch's (an RMSE, a square root of
+``super().__call__()``).
 Columns (``COLUMNS``): no weights, ``sample_weight``, temporal ``sample_weight`` (a sequence
 output), temporal ``sample_weight`` with a mask (``Masking``, sequences of 1 to 3 steps),
 ``class_weight``. Each cell trains ``GradientAccumulationModel`` with ``k`` in {1, 3} on 15
@@ -83,6 +84,20 @@ class ScaledMSE(keras.losses.MeanSquaredError):
         return 1.1 * super().__call__(y_true, y_pred, sample_weight)
 
 
+class TwoLosses(keras.losses.Loss):
+    """``__call__`` adds two Keras losses of other reductions: two reductions in one call."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.squared = keras.losses.MeanSquaredError()
+        self.entropy = keras.losses.CategoricalCrossentropy(reduction="sum")
+
+    def __call__(self, y_true, y_pred, sample_weight=None):
+        return self.squared(y_true, y_pred, sample_weight) + 0.1 * self.entropy(
+            y_true, y_pred, sample_weight
+        )
+
+
 class OwnCallMSE(keras.losses.Loss):
     """A ``__call__`` of its own: Keras's reduction is never used."""
 
@@ -128,6 +143,7 @@ STYLES = {
         )
         for r in DISTINCT
     },
+    "two_losses_dunder_call": lambda: TwoLosses(name="two_losses_dunder_call"),
     "own_dunder_call": lambda: OwnCallMSE(name="own_dunder_call"),
     # Inexact at k > 1, warned.
     "rmse": lambda: rmse,
@@ -412,9 +428,10 @@ def test_masked_mean_denominator_is_kerass_own():
 
     from tfx_accum.components.accumulation.keras_adapter import masked_mean_epsilon
 
-    mask = ops.convert_to_tensor(np.array([1, 0, 1, 0, 0], "float32"))
+    # One valid entry: 1 + epsilon is not 1 in float32 (2 + epsilon would be 2).
+    mask = ops.convert_to_tensor(np.array([1, 0, 0, 0, 0], "float32"))
     weights = keras_loss.apply_mask(None, mask, "float32", "sum_over_batch_size")
-    expected = np.float32(5.0) / (np.float32(2.0) + np.float32(masked_mean_epsilon()))
+    expected = np.float32(5.0) / (np.float32(1.0) + np.float32(masked_mean_epsilon()))
     assert np.asarray(weights)[0] == expected
 
 
