@@ -255,7 +255,9 @@ def _accumulating(style: str, layout: str, jit: bool) -> GradientAccumulationMod
 
 def _cell(style: str, column: str, k: int, jit: bool):
     """Trains the accumulating model of one cell: its weights, logged losses and warnings."""
-    if style in WARNED:  # its warning is given once per model: a model of its own
+    # A model of its own where the cell's outcome is once per model: a warning (given once),
+    # an error (after a failed fit, Keras's JAX trainer fails the next one otherwise).
+    if style in WARNED or isinstance(reference(style, column), Exception):
         model = _compiled(GradientAccumulationModel(*_layers(_layout(column))), style, jit)
     else:
         model = _accumulating(style, _layout(column), jit)
