@@ -25,10 +25,12 @@ model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
 model.fit(x, y, batch_size=128)  # each step: 4 micro-batches of 32, one update
 ```
 
-How a micro-batch's share is computed (see :mod:`components.accumulation.keras_adapter`): each
-output's compiled loss is split into the numerator and denominator Keras would reduce it
-with (``"sum_over_batch_size"``: elements, or valid elements under a mask;
-``"mean_with_sample_weight"``: the sum of sample weights; ``"sum"``: none), and every
+How a micro-batch's share is computed (see :mod:`components.accumulation.loss_split`): each
+output's compiled loss is called through its own ``__call__`` and every reduction Keras makes
+there is split into the numerator and denominator Keras would reduce it with
+(``"sum_over_batch_size"``: elements, or valid elements under a mask;
+``"mean_with_sample_weight"``: the sum of sample weights; ``"sum"``: none; one value for the
+batch: its rows' share, or 1 for a sum, times the batch's weight factor), and every
 micro-batch is divided by the *whole* batch's denominator, known before its backward pass
 (masked and sample-weighted denominators come from a forward-only pass that TensorFlow
 prunes down to the masks). Losses added in ``call()``: activity regularizers are sums over
@@ -36,7 +38,7 @@ the batch, as Keras computes them; other ``add_loss`` values follow ``add_loss_r
 
 Size (over 500 lines): one Keras class. Its step is one traced function whose closures
 share the step's state; the pieces that stand alone already live beside it (``micro_batches``,
-``accumulators``, ``inexact_cases``, ``jax_step``, ``keras_adapter``).
+``accumulators``, ``inexact_cases``, ``jax_step``, ``keras_adapter``, ``loss_split``).
 """
 
 from __future__ import annotations
@@ -168,8 +170,11 @@ class GradientAccumulationModel(keras.Model):
 
     Exactness: the update equals plain ``fit`` on the whole batch for every loss
     reduction (``"sum_over_batch_size"``, ``"sum"``, ``"mean_with_sample_weight"``,
-    ``None``), with sample and class weights, masks, several outputs (each with its own
-    denominator) and ``loss_weights``; weight regularizers count once per update; activity
+    ``None``) and every way of writing the loss (per-sample values, a scalar mean or sum,
+    a ``__call__`` override proportional to the reduced loss), with sample and class
+    weights, masks, several outputs (each with its own denominator) and ``loss_weights``;
+    a loss whose micro-batch shares cannot add up to the batch's is named in an
+    ``InexactAccumulationWarning``; weight regularizers count once per update; activity
     regularizers are sums over the batch, as Keras computes them. Under ``tf.distribute``
     every denominator is global across replicas.
 
