@@ -27,6 +27,7 @@ serves every ``k``).
 from __future__ import annotations
 
 import functools
+import sys
 import warnings
 
 import keras
@@ -473,3 +474,21 @@ def test_unreduced_and_reduced_outputs_add_up_as_keras_adds_them(k):
     assert set(history) == set(plain_history) == {"loss", "steps_loss", "last_loss"}
     for key in history:
         np.testing.assert_allclose(history[key], plain_history[key], rtol=1e-5, err_msg=key)
+
+
+@pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="TensorFlow's XLA loops")
+@pytest.mark.e2e
+@pytest.mark.parametrize(
+    "style", ["fn_scalar_mean", "fn_sum", "scalar_call_none", "two_losses_dunder_call"]
+)
+def test_xla_loops_as_on_a_gpu(style, monkeypatch):
+    """On a GPU or TPU, XLA runs equal micro-batches in loops (on the CPU, one after
+    another): the same cells with the loops forced, the masked column (the mask's and the
+    weights' whole-batch sums come from the forward-only pass's loops)."""
+    from tfx_accum.components.accumulation import model as accumulation
+
+    monkeypatch.setattr(accumulation, "_xla_on_cpu", lambda: False)
+    monkeypatch.setattr(
+        sys.modules[__name__], "_accumulating", _accumulating.__wrapped__
+    )  # a model traced with the loops, not one the other cells traced inline
+    check_cell(style, "masked", 3, True)
