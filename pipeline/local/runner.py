@@ -139,7 +139,7 @@ def prepare_data(
     files = "TFRecord" if summary.format == "tfrecord" else "CSV"
     console.say(
         f"[data] {len(summary.files)} {files} file(s), {summary.rows} rows, features: "
-        f"{summary.kind_counts()}; {summary.label_line()}"
+        f"{summary.kind_counts(settings)}; {summary.label_line()}"
     )
     chosen = "" if settings.task else "; --task to choose"
     console.say(f"[data] task: {summary.task} ({summary.task_reason}{chosen})")
