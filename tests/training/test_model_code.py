@@ -2,8 +2,9 @@
 (components/training/model_code.py): TFX's cache key (the Tuner's and Trainer's
 ``custom_config``), the Tuner's search and the Trainer's backup. An edit of the module, or of
 a module it imports from the user's directory, changes them; an edit elsewhere does not. The
-same holds for ``model_hyperparameters``' function. tests/pipeline/test_served_truth.py edits a
-model between two runs of the command."""
+same holds for ``model_hyperparameters``' function, and for the ``custom_config`` a stock TFX
+pipeline writes with ``module_config``, checked by TFX's own cache key of the compiled
+pipeline. tests/pipeline/test_served_truth.py edits a model between two runs of the command."""
 
 from __future__ import annotations
 
@@ -189,6 +190,85 @@ def test_the_tuners_and_trainers_properties_hold_the_code(project, tmp_path):
     edited = configs()[0]
     (project / "userpkg" / "space.py").write_text(SPACE.replace("64", "128"))
     assert configs()[0] != edited
+
+
+def _stock_cache_keys(root, custom_config: dict) -> dict[str, str]:
+    """TFX's cache key (the cache context's name) of the stock Tuner and Trainer given
+    ``custom_config``: the pipeline compiled, each node's properties resolved and hashed
+    as TFX's launcher does before it looks for a cached execution (their inputs, the same
+    in both runs, left out)."""
+    from ml_metadata.proto import metadata_store_pb2
+    from tfx.components import ImportExampleGen, Trainer, Tuner
+    from tfx.components.schema_gen.import_schema_gen.component import ImportSchemaGen
+    from tfx.dsl.compiler import compiler
+    from tfx.orchestration import data_types_utils, metadata
+    from tfx.orchestration import pipeline as tfx_pipeline
+    from tfx.orchestration.portable import cache_utils, inputs_utils
+    from tfx.proto import trainer_pb2
+
+    examples = ImportExampleGen(input_base=str(root / "data"))
+    schema = ImportSchemaGen(schema_file=str(root / "schema.pbtxt"))
+    args = {
+        "examples": examples.outputs["examples"],
+        "schema": schema.outputs["schema"],
+        "train_args": trainer_pb2.TrainArgs(num_steps=10),
+        "eval_args": trainer_pb2.EvalArgs(num_steps=5),
+        "custom_config": custom_config,
+    }
+    tuner = Tuner(tuner_fn="tfx_accum.components.search.tuner.tuner_fn", **args)
+    trainer = Trainer(
+        run_fn="tfx_accum.components.training.trainer.run_fn",
+        hyperparameters=tuner.outputs["best_hyperparameters"],
+        **args,
+    )
+    ir = compiler.Compiler().compile(
+        tfx_pipeline.Pipeline(
+            pipeline_name="p",
+            pipeline_root=str(root / "pipeline"),
+            components=[examples, schema, tuner, trainer],
+            enable_cache=True,
+        )
+    )
+    connection = metadata_store_pb2.ConnectionConfig()
+    connection.fake_database.SetInParent()
+    keys = {}
+    with metadata.Metadata(connection) as handle:
+        for node in (n.pipeline_node for n in ir.nodes):
+            if node.node_info.id not in ("Tuner", "Trainer"):
+                continue
+            properties = data_types_utils.build_parsed_value_dict(
+                inputs_utils.resolve_parameters_with_schema(node_parameters=node.parameters)
+            )
+            context = cache_utils.get_cache_context(
+                handle, node, ir.pipeline_info, parameters=properties
+            )
+            keys[node.node_info.id] = context.name
+    return keys
+
+
+def test_module_config_puts_the_code_in_tfxs_cache_key(project, tmp_path):
+    """A stock TFX pipeline whose ``custom_config`` is written by ``module_config``: TFX's
+    cache key of its Tuner and Trainer changes when the model's module, a module it
+    imports, or the hyperparameter function's module is edited, and only then."""
+    from tfx_accum.components import module_config
+
+    def keys():  # the user's pipeline file, run again
+        config = module_config(model=NET, model_hyperparameters=SPACE_FN, label_key="label")
+        return _stock_cache_keys(tmp_path, config)
+
+    first = keys()
+    assert set(first) == {"Tuner", "Trainer"}
+    assert keys() == first  # nothing edited: the cache serves the Tuner and Trainer
+    seen = [first]
+    for edited in ("userpkg/models.py", "userpkg/widths.py", "userpkg/space.py"):
+        path = project / edited
+        path.write_text(path.read_text() + "\n# edited\n")
+        now = keys()
+        assert all(now[name] != key[name] for key in seen for name in now), edited
+        seen.append(now)
+    (project / "unrelated.py").write_text("X = 2\n")
+    assert keys() == seen[-1]
+    assert "model_code" not in module_config(model="mlp")
 
 
 def test_a_module_among_the_libraries_counts_its_own_package_only():
