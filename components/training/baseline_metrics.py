@@ -155,9 +155,10 @@ class MeanPredictorLift(tfma.metrics.Metric):
         )
 
 
-def _computations(combiner_class: type, *extra: str):
-    """TFMA's ``create_computations_fn`` for ``combiner_class``: one computation writing
-    the metric's own value (under its name, for thresholds) and the ``extra`` values."""
+def _per_key(build: Callable[..., metric_types.MetricComputations]):
+    """TFMA's ``create_computations_fn`` (the signature TFMA inspects) around
+    ``build(key, name, eval_config, example_weighted)``, where ``key(n)`` is metric ``n``'s
+    key for the model, output and sub key that TFMA asks for."""
 
     def computations(
         name: str,
@@ -167,7 +168,20 @@ def _computations(combiner_class: type, *extra: str):
         sub_key: metric_types.SubKey | None = None,
         example_weighted: bool = False,
     ) -> metric_types.MetricComputations:
-        keys = [_key(n, model_name, output_name, sub_key, example_weighted) for n in (name, *extra)]
+        def key(metric: str) -> metric_types.MetricKey:
+            return _key(metric, model_name, output_name, sub_key, example_weighted)
+
+        return build(key, name, eval_config, example_weighted)
+
+    return computations
+
+
+def _computations(combiner_class: type, *extra: str):
+    """TFMA's ``create_computations_fn`` for ``combiner_class``: one computation writing
+    the metric's own value (under its name, for thresholds) and the ``extra`` values."""
+
+    def build(key, name, eval_config, example_weighted):
+        keys = [key(n) for n in (name, *extra)]
         return [
             metric_types.MetricComputation(
                 keys=keys,
@@ -176,7 +190,7 @@ def _computations(combiner_class: type, *extra: str):
             )
         ]
 
-    return computations
+    return _per_key(build)
 
 
 def _from_class_counts(values: Callable[[_ClassCounts], tuple[float, ...]], *extra: str):
@@ -184,16 +198,9 @@ def _from_class_counts(values: Callable[[_ClassCounts], tuple[float, ...]], *ext
     counting computation (the same for every such metric, so that TFMA runs it once) and
     a derived one writing ``values(counts)`` under the metric's name and ``extra``."""
 
-    def computations(
-        name: str,
-        eval_config: tfma.EvalConfig | None = None,
-        model_name: str = "",
-        output_name: str = "",
-        sub_key: metric_types.SubKey | None = None,
-        example_weighted: bool = False,
-    ) -> metric_types.MetricComputations:
-        counts_key = _key(CLASS_COUNTS, model_name, output_name, sub_key, example_weighted)
-        keys = [_key(n, model_name, output_name, sub_key, example_weighted) for n in (name, *extra)]
+    def build(key, name, eval_config, example_weighted):
+        counts_key = key(CLASS_COUNTS)
+        keys = [key(n) for n in (name, *extra)]
 
         def result(metrics: dict) -> metric_types.MetricsDict:
             return dict(zip(keys, values(metrics[counts_key])))
@@ -207,7 +214,7 @@ def _from_class_counts(values: Callable[[_ClassCounts], tuple[float, ...]], *ext
             metric_types.DerivedMetricComputation(keys=keys, result=result),
         ]
 
-    return computations
+    return _per_key(build)
 
 
 def _accuracy(counts: _ClassCounts) -> tuple[float]:
