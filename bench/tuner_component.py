@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tfx_accum.components.search.search_space import SearchSpace
+from tfx_accum.components.config.search_space import SearchSpace
 
 
 @dataclasses.dataclass

@@ -26,28 +26,28 @@ from tfx.orchestration import metadata
 from tfx.orchestration.pipeline import Pipeline
 from tfx.proto import example_gen_pb2, pusher_pb2, trainer_pb2
 
-from tfx_accum.components.data import tasks
-from tfx_accum.components.data.example_fingerprint import (
-    CsvExampleGen,
-    ImportExampleGen,
-    ImportSchemaGen,
-)
-from tfx_accum.components.data.missing_values import missing_values_config
-from tfx_accum.components.search.search_space import SearchSpace
-from tfx_accum.components.settings import (
+from tfx_accum.components.config import tasks
+from tfx_accum.components.config.model_code import with_code
+from tfx_accum.components.config.search_space import SearchSpace
+from tfx_accum.components.config.settings import (
     BEST_TRIAL_BUDGET,
     TRAIN_STEPS,
     Blessing,
     Hyperparameters,
     ModelSettings,
 )
-from tfx_accum.components.training.model_code import with_code
+from tfx_accum.components.data.example_fingerprint import (
+    CsvExampleGen,
+    ImportExampleGen,
+    ImportSchemaGen,
+)
+from tfx_accum.components.data.missing_values import missing_values_config
 from tfx_accum.components.training.pusher import Pusher
 from tfx_accum.components.training.tfx_components import Trainer, Tuner
 from tfx_accum.pipeline import run_parameters as params
+from tfx_accum.pipeline.beam_args import pod_beam_args, without_tfx_sdist
 from tfx_accum.pipeline.checks.data_files import PATTERNS  # ExampleGen's, read by the input checks
 from tfx_accum.pipeline.evaluation import eval_config
-from tfx_accum.pipeline.local.beam import pod_beam_args, without_tfx_sdist
 
 TUNER_FN = "tfx_accum.components.search.tuner.tuner_fn"
 RUN_FN = "tfx_accum.components.training.trainer.run_fn"
@@ -106,7 +106,7 @@ def create_pipeline(
     best configuration for the best trial's budget, and so ends with its model; otherwise
     ``train_steps`` updates with early stopping.
     ``beam_pipeline_args``: default, Beam's DirectRunner in-process with one worker (the
-    runners size it: :mod:`tfx_accum.pipeline.local.beam`).
+    runners size it: :mod:`tfx_accum.pipeline.beam_args`).
     ``parallel_trials``: Keras Tuner trials run side by side in worker processes of the
     Tuner (:mod:`tfx_accum.components.search.parallel_search`); 1 runs them one after another.
     ``data_format``: ``csv`` or ``tfrecord`` (``tf.Example`` records).

@@ -52,7 +52,7 @@ from keras import ops, tree
 
 from tfx_accum.components.accumulation import inexact_cases, loss_split
 from tfx_accum.components.accumulation import keras_adapter as adapter
-from tfx_accum.components.settings import validate_positive_int
+from tfx_accum.components.accumulation.arguments import validate_positive_int
 
 # The step below is TensorFlow's; on the JAX backend the model trains through
 # components/accumulation/jax_step.py, and TensorFlow need not be installed at all (#35).

@@ -22,7 +22,7 @@ import logging
 import math
 import os
 
-from tfx_accum.components.settings import validate_positive_int
+from tfx_accum.components.accumulation.arguments import validate_positive_int
 
 _TPU_ENV_VARS = (
     "TPU_NAME",

@@ -13,7 +13,7 @@ __all__ = ["SearchSpace", "tuner_fn"]
 def __getattr__(name: str):
     # Imported on first use: ``search_space`` is light, the Tuner module needs TFX.
     if name == "SearchSpace":
-        from tfx_accum.components.search.search_space import SearchSpace
+        from tfx_accum.components.config.search_space import SearchSpace
 
         return SearchSpace
     if name == "tuner_fn":

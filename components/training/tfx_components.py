@@ -48,10 +48,10 @@ from tfx.types import channel as channel_types
 from tfx.types.component_spec import ChannelParameter, ExecutionParameter
 from tfx.utils import json_utils
 
+from tfx_accum.components.accumulation.arguments import validate_positive_int
 from tfx_accum.components.accumulation.multi_worker import Cluster
 from tfx_accum.components.data.anomalies import ANOMALIES, FAIL_ON_ANOMALIES, check_before_training
 from tfx_accum.components.data.datasets import STATISTICS_KEY
-from tfx_accum.components.settings import validate_positive_int
 
 STATISTICS = "statistics"  # the input channel's name
 MAX_TRIALS, TUNING_EPOCHS, TRAIN_STEPS = "max_trials", "tuning_epochs", "train_steps"

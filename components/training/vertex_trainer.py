@@ -33,7 +33,7 @@ from tfx.extensions.google_cloud_ai_platform.trainer import executor as vertex_e
 from tfx.types import standard_component_specs
 from tfx.utils import json_utils
 
-from tfx_accum.components.settings import validate_positive_int
+from tfx_accum.components.accumulation.arguments import validate_positive_int
 from tfx_accum.components.training.tfx_components import Trainer, TrainerExecutor
 
 

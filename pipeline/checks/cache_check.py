@@ -91,7 +91,7 @@ def changed_model_code(metadata_path: str, model: str, code: dict[str, str]) -> 
     """The files of model function ``model`` whose code differs from the last run here
     that trained it (its Tuner's or Trainer's ``custom_config["model_code"]``); empty when
     none does, or no earlier run trained it."""
-    from tfx_accum.components.training.model_code import changed_files
+    from tfx_accum.components.config.model_code import changed_files
 
     store = _store(metadata_path)
     latest = None

@@ -15,8 +15,8 @@ import argparse
 import dataclasses
 from pathlib import Path
 
-from tfx_accum.components import settings
-from tfx_accum.components.search.search_space import SearchSpace
+from tfx_accum.components.config import settings
+from tfx_accum.components.config.search_space import SearchSpace
 from tfx_accum.pipeline.errors import InputError
 
 SPACE = SearchSpace()  # the search defaults
@@ -101,7 +101,7 @@ def fixed_hyperparameters(args: argparse.Namespace) -> settings.Hyperparameters 
 
 def pipeline_settings(args: argparse.Namespace) -> dict:
     """``create_pipeline`` settings that ``run`` and ``compile`` share, validated."""
-    from tfx_accum.pipeline.local.beam import parse_beam_args
+    from tfx_accum.pipeline.beam_args import parse_beam_args
 
     beam_args = parse_beam_args(args.beam_pipeline_args)
     if getattr(args, "dask_scheduler", None) is not None:  # the Beam components on Dask

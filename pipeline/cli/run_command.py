@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from tfx_accum import console, interrupts
-from tfx_accum.components import settings
+from tfx_accum.components.config import settings
 from tfx_accum.pipeline.checks.model_choice import check_model_name, model_for
 from tfx_accum.pipeline.checks.serving_signature import check_signature
 from tfx_accum.pipeline.cli.arguments import (

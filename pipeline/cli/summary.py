@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tfx_accum.components import settings
-from tfx_accum.components.data import tasks
+from tfx_accum.components.config import settings, tasks
 from tfx_accum.pipeline.config import EXIT_FAILED, EXIT_UNBLESSED
 
 

@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tfx_accum.components.search.search_space import SearchSpace
+from tfx_accum.components.config.search_space import SearchSpace
 from tfx_accum.pipeline import InputError
+from tfx_accum.pipeline.beam_args import BEAM_PLUGIN_ARG
 from tfx_accum.pipeline.cli.parser import main
 from tfx_accum.pipeline.kubeflow.compiler import compile_pipeline
 from tfx_accum.pipeline.kubeflow.profiles import get_profile, load_profiles
-from tfx_accum.pipeline.local.beam import BEAM_PLUGIN_ARG
 
 ROOT = Path(__file__).resolve().parents[2]
 SPEC_DIR = ROOT / ".venv" / "kfp-spec"
@@ -145,7 +145,7 @@ def test_tuner_and_trainer_are_retried_after_preemption(compiled, pool):
 def test_beam_workers_follow_the_pod_not_the_node(compiled):
     text = compiled["gpu"].read_text()
     # direct_num_workers=0 would start one worker per CPU of the node; the data components'
-    # pods have 2 CPUs, where Beam runs in-process (pipeline/local/beam.py, bench.beam_sizing).
+    # pods have 2 CPUs, where Beam runs in-process (pipeline/beam_args.py, bench.beam_sizing).
     assert "direct_num_workers=1" in text and "direct_num_workers=0" not in text
     assert "direct_running_mode=in_memory" in text and BEAM_PLUGIN_ARG not in text
 

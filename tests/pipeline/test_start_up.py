@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from tfx_accum.pipeline.local.beam import local_beam_args, pod_beam_args, without_tfx_sdist
+from tfx_accum.pipeline.beam_args import local_beam_args, pod_beam_args, without_tfx_sdist
 from tfx_accum.pipeline.local.dask_cluster import dask_beam_args
 
 

@@ -25,7 +25,7 @@ def test_a_non_finite_loss_stops_training_at_once_with_one_line():
     import keras_tuner
     import pytest
 
-    from tfx_accum.components.training.non_finite import NonFiniteLoss, StopOnNonFiniteLoss
+    from tfx_accum.components.models.non_finite import NonFiniteLoss, StopOnNonFiniteLoss
 
     inputs = keras.Input((4,))
     model = keras.Model(inputs, keras.layers.Dense(1)(inputs))
@@ -54,8 +54,9 @@ def test_the_best_trials_model_is_validated_on_the_examples_its_score_is_on():
     """The Tuner records the held-out examples each score is on (the first 50,000 of a
     large split); the Trainer training the best trial's budget validates on those, and on
     every held-out example otherwise."""
-    from tfx_accum.components.search.search_policy import TrainerChoice, TrialRecord, trainer_budget
-    from tfx_accum.components.settings import TunerDecision
+    from tfx_accum.components.config.settings import TunerDecision
+    from tfx_accum.components.search.search_policy import TrainerChoice, TrialRecord
+    from tfx_accum.components.training.budget import trainer_budget
     from tfx_accum.components.training.trainer import validated_examples
 
     values = {"accumulation_steps": 2, "micro_batch_size": 32, "learning_rate": 0.01}

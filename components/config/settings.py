@@ -2,7 +2,7 @@
 
 The command line, the pipeline's ``custom_config``, the Tuner and Trainer modules and the
 model read their defaults and checks from here (the search space's own defaults are the
-fields of :class:`~tfx_accum.components.search.search_space.SearchSpace`). Words mean one thing:
+fields of :class:`~tfx_accum.components.config.search_space.SearchSpace`). Words mean one thing:
 ``accumulation_steps`` is ``k``, the micro-batches per optimizer update; ``train_steps`` is
 the number of optimizer updates the Trainer makes.
 
@@ -28,8 +28,12 @@ import math
 import re
 from typing import Any
 
-from tfx_accum.components.data import tasks
-from tfx_accum.components.setting_words import CUSTOM_CONFIG, SettingWords
+from tfx_accum.components.accumulation.arguments import (
+    validate_positive_float,
+    validate_positive_int,
+)
+from tfx_accum.components.config import tasks
+from tfx_accum.components.config.setting_words import CUSTOM_CONFIG, SettingWords
 
 __all__ = [
     "BLESS_METRICS",
@@ -46,7 +50,6 @@ __all__ = [
     "PRECISIONS",
     "TRAIN_STEPS",
     "TunerDecision",
-    "validate_positive_int",
 ]
 
 # The three hyperparameters the Tuner searches jointly and the Trainer uses.
@@ -55,13 +58,13 @@ HP_MICRO_BATCH_SIZE = "micro_batch_size"
 HP_LEARNING_RATE = "learning_rate"
 
 MODEL_NAMES = ("cnn", "mlp", "densenet121")
-# Or your own model: "package.module:function" (see components/training/custom_model.py).
+# Or your own model: "package.module:function" (see components/models/custom_model.py).
 MODEL_FUNCTION = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*$")
 IMAGE_MODELS = ("cnn", "densenet121")  # read the features as a square pixel grid
 DEFAULT_MODEL = "mlp"  # tabular; the embedded digits (an 8x8 image) get "cnn"
 LABEL_KEY = "label"
 # Keras mixed-precision policies the Tuner's and Trainer's models can compute in
-# (``--precision``; components/training/models.py applies them). float16 wants a GPU (Keras wraps
+# (``--precision``; components/models/models.py applies them). float16 wants a GPU (Keras wraps
 # the optimizer for loss scaling), bfloat16 a TPU or a recent GPU; the variables and the
 # output layer stay float32 either way.
 PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
@@ -95,32 +98,6 @@ TRIAL_RECORDED = (
     RESPLIT_FROM_SPLIT,
     RESPLIT_SPEEDUP,
 )
-
-
-def validate_positive_int(name: str, value: Any, hint: str | None = None) -> int:
-    """Returns ``value`` as an int >= 1, or raises naming ``name`` and the value.
-
-    numpy integers are accepted; floats, strings, bools and None are not (``TypeError``);
-    an int below 1 raises ``ValueError``.
-    """
-    suffix = f" ({hint})" if hint else ""
-    if isinstance(value, bool) or not hasattr(value, "__index__"):
-        raise TypeError(
-            f"`{name}` must be an int >= 1{suffix}. "
-            f"Received: {name}={value!r} of type {type(value).__name__}."
-        )
-    value = int(value)
-    if value < 1:
-        raise ValueError(f"`{name}` must be an int >= 1{suffix}. Received: {name}={value}.")
-    return value
-
-
-def validate_positive_float(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise ValueError(f"`{name}` must be a positive number. Received: {name}={value!r}.")
-    if value <= 0:
-        raise ValueError(f"`{name}` must be a positive number. Received: {name}={value!r}.")
-    return float(value)
 
 
 def check_precision(precision: Any) -> str:
@@ -201,19 +178,19 @@ class ModelSettings:
 
     ``task``: ``classification``, ``regression`` (``--task``), or what the command line's
     data check decided (``multiclass``, ``binary``, ``regression``); None: inferred from the
-    statistics (components/data/tasks.py). ``features``/``exclude_features``: the columns the
+    statistics (components/config/tasks.py). ``features``/``exclude_features``: the columns the
     model gets (components/data/columns.py); ``categorical_features``: integer columns that are
     categories, not quantities. ``precision``: the Keras dtype policy the model is built
     under (:data:`PRECISIONS`). ``model_hyperparameters``: ``package.module:function``
     returning the ``keras_tuner.HyperParameters`` a model function reads but does not
     declare (TFX's penguin example's ``_get_hyperparameters``); searched with the rest.
     ``model_code``: a model function's files and their SHA-256
-    (components/training/model_code.py), so that TFX's cache key holds the code; ``{}``
+    (components/config/model_code.py), so that TFX's cache key holds the code; ``{}``
     for a built-in model, and then left out of ``custom_config``.
     """
 
     model: str = DEFAULT_MODEL
-    num_classes: int | None = None  # None: inferred from the labels (components/data/tasks.py)
+    num_classes: int | None = None  # None: inferred from the labels (components/config/tasks.py)
     label_key: str = LABEL_KEY
     task: str | None = None
     features: tuple[str, ...] | None = None
@@ -224,7 +201,7 @@ class ModelSettings:
     model_code: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
-        from tfx_accum.components.data.tasks import TASK_CHOICES, TASKS
+        from tfx_accum.components.config.tasks import TASK_CHOICES, TASKS
 
         if self.model not in MODEL_NAMES and not is_model_function(self.model):
             raise ValueError(

@@ -6,7 +6,7 @@ that dict typed and checked: the pipeline writes it with :func:`module_config` (
 :meth:`ModuleConfig.from_custom_config`, which runs the same checks. A misspelt key fails
 where the pipeline is written, with the closest key (search-space keys included), and
 would fail with the same line in the Tuner before any work. For a model function it also
-writes ``model_code``, the code's key (components/training/model_code.py), so that TFX's
+writes ``model_code``, the code's key (components/config/model_code.py), so that TFX's
 cache runs the Tuner and Trainer again when the model's module changes.
 
 Importing this module is cheap (no TensorFlow), so a pipeline file and the command line
@@ -38,16 +38,14 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from tfx_accum.components.search.search_space import SearchSpace
-from tfx_accum.components.setting_words import closest_hint
-from tfx_accum.components.settings import (
-    BEST_TRIAL_BUDGET,
-    Hyperparameters,
-    ModelSettings,
+from tfx_accum.components.accumulation.arguments import (
     validate_positive_float,
     validate_positive_int,
 )
-from tfx_accum.components.training.model_code import with_code
+from tfx_accum.components.config.model_code import with_code
+from tfx_accum.components.config.search_space import SearchSpace
+from tfx_accum.components.config.setting_words import closest_hint
+from tfx_accum.components.config.settings import BEST_TRIAL_BUDGET, Hyperparameters, ModelSettings
 
 __all__ = ["MODULE_CONFIG_KEYS", "ModuleConfig", "module_config"]
 
@@ -76,7 +74,7 @@ class ModuleConfig:
     """``custom_config`` of tfx-accum's ``tuner_fn`` and ``run_fn``, each value checked.
 
     ``model_settings``: the model, label and columns (the ``custom_config`` keys of
-    :class:`~tfx_accum.components.settings.ModelSettings`); ``search_space``: the Tuner's
+    :class:`~tfx_accum.components.config.settings.ModelSettings`); ``search_space``: the Tuner's
     (None: the defaults); ``hyperparameters``: the Trainer's without a Tuner;
     ``search_root``/``backup_root``: where a rerun finds the search and the training state;
     ``seed``: the Trainer's (None: the search space's, so that the Trainer trains the best
@@ -205,7 +203,7 @@ def module_config(**keys: Any) -> dict[str, Any]:
 
     For a model function (and ``model_hyperparameters``' function), ``model_code`` is
     filled in with the code of their modules and of what they import from the user's
-    directory (components/training/model_code.py): TFX's cache key is the component's
+    directory (components/config/model_code.py): TFX's cache key is the component's
     properties, ``custom_config`` among them, so an edited model is searched and trained
     again. A ``model_code`` given is kept only where their modules are not found here (a
     pipeline compiled for an image that holds them).

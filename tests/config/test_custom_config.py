@@ -1,5 +1,5 @@
 """``custom_config``, the typed contract between a TFX pipeline and the modules
-(components/custom_config.py): checked where the pipeline is written (``module_config``) and
+(components/config/custom_config.py): checked where the pipeline is written (``module_config``) and
 read by ``tuner_fn`` and ``run_fn`` through the same checks, each mistake one line in
 ``custom_config``'s words, with the closest key."""
 
@@ -12,9 +12,9 @@ import types
 import pytest
 
 from tfx_accum.components import ModuleConfig, module_config
-from tfx_accum.components.search.search_space import SearchSpace
+from tfx_accum.components.config.search_space import SearchSpace
+from tfx_accum.components.config.settings import Hyperparameters, ModelSettings
 from tfx_accum.components.search.tuner import tuner_fn
-from tfx_accum.components.settings import Hyperparameters, ModelSettings
 from tfx_accum.components.training.trainer import run_fn
 
 
@@ -190,7 +190,7 @@ def test_the_modules_messages_name_custom_config_keys_and_the_cli_its_flags(
 
 
 def test_the_model_rules_name_the_model_key_to_the_modules_and_the_flag_to_the_cli():
-    from tfx_accum.components.training.model_rules import ModelChoiceError, check_model_suits
+    from tfx_accum.components.models.model_rules import ModelChoiceError, check_model_suits
     from tfx_accum.pipeline.config import CLI_WORDS
 
     with pytest.raises(ModelChoiceError, match=r"Use custom_config\['model'\] = 'mlp'\.$"):
