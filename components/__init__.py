@@ -17,8 +17,8 @@ pipeline.cli -> pipeline -> kubeflow -> tfx_accum
   Trainer modules (:func:`module_config` checks it where the pipeline is written);
 - ``data``: the data description from TFX's artifacts, ExampleGen's executor;
 - ``models``: the built-in models and a user's model function, checked and compiled;
-- ``search``: the TFX Tuner module (``search.tuner.tuner_fn``) and the joint search;
-- ``training``: the TFX Trainer module (``training.trainer.run_fn``), export, Pusher;
+- ``search``: the TFX Tuner module (``search.tuner_module.tuner_fn``) and the joint search;
+- ``training``: the TFX Trainer module (``training.trainer_module.run_fn``), export, Pusher;
 - ``components``: this package's public API.
 
 ``GradientAccumulationModel`` is imported on first use, so that importing a light module
@@ -42,7 +42,9 @@ def __getattr__(name: str):
 
         return getattr(custom_config, name)
     if name == "MultiWorkerMirroredStrategy":
-        from tfx_accum.components.accumulation.keras_adapter import MultiWorkerMirroredStrategy
+        from tfx_accum.components.accumulation.multi_worker_strategy import (
+            MultiWorkerMirroredStrategy,
+        )
 
         return MultiWorkerMirroredStrategy
     if name in __all__:

@@ -42,15 +42,16 @@ from tfx_accum.components.data.example_fingerprint import (
     ImportSchemaGen,
 )
 from tfx_accum.components.data.missing_values import missing_values_config
+from tfx_accum.components.search.tuner_component import Tuner
 from tfx_accum.components.training.pusher import Pusher
-from tfx_accum.components.training.tfx_components import Trainer, Tuner
+from tfx_accum.components.training.trainer_component import Trainer
 from tfx_accum.pipeline import run_parameters as params
 from tfx_accum.pipeline.beam_args import pod_beam_args, without_tfx_sdist
 from tfx_accum.pipeline.checks.data_files import PATTERNS  # ExampleGen's, read by the input checks
 from tfx_accum.pipeline.evaluation import eval_config
 
-TUNER_FN = "tfx_accum.components.search.tuner.tuner_fn"
-RUN_FN = "tfx_accum.components.training.trainer.run_fn"
+TUNER_FN = "tfx_accum.components.search.tuner_module.tuner_fn"
+RUN_FN = "tfx_accum.components.training.trainer_module.run_fn"
 # The Evaluator's custom_extractors: TFMA on only the columns the evaluation reads.
 EVALUATOR_MODULE = "tfx_accum.pipeline.evaluator_inputs"
 
@@ -123,7 +124,7 @@ def create_pipeline(
     values as defaults (for a Kubeflow compile).
 
     The Tuner and Trainer are TFX's, with StatisticsGen's statistics as an input
-    (components/training/tfx_components.py): the data description is made from them.
+    (components/data/component_inputs.py): the data description is made from them.
     """
     search_space = search_space or SearchSpace()
     model_settings = model_settings or ModelSettings()
@@ -179,7 +180,7 @@ def create_pipeline(
             custom_config={
                 **custom_config,
                 "search_space": search_space.to_config(),
-                # A stable place for the search, so a rerun continues it (tuner.py).
+                # A stable place for the search, so a rerun continues it (tuner_module.py).
                 "search_root": f"{pipeline_root}/_search",
                 "parallel_trials": parallel_trials,
             },

@@ -17,7 +17,9 @@ __all__ = [
 def __getattr__(name: str):
     # Imported on first use: the model needs TensorFlow, which a light import should not start.
     if name == "MultiWorkerMirroredStrategy":
-        from tfx_accum.components.accumulation.keras_adapter import MultiWorkerMirroredStrategy
+        from tfx_accum.components.accumulation.multi_worker_strategy import (
+            MultiWorkerMirroredStrategy,
+        )
 
         return MultiWorkerMirroredStrategy
     if name == "InexactAccumulationWarning":

@@ -22,9 +22,9 @@ config = module_config(
     label_key="tips_xf",
     search_space={"max_trials": 8, "tuning_epochs": 4},
 )
-tfx.components.Tuner(tuner_fn="tfx_accum.components.search.tuner.tuner_fn", ...,
+tfx.components.Tuner(tuner_fn="tfx_accum.components.search.tuner_module.tuner_fn", ...,
                      custom_config=config)
-tfx.components.Trainer(run_fn="tfx_accum.components.training.trainer.run_fn", ...,
+tfx.components.Trainer(run_fn="tfx_accum.components.training.trainer_module.run_fn", ...,
                        custom_config=config)
 module_config(model="mlp", search_space={"max_trails": 8})
 # ValueError: custom_config['search_space'] key 'max_trails' is not a search-space

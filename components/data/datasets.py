@@ -2,7 +2,7 @@
 
 :func:`describe_data` makes the data description (components/data/features.py) from the
 schema and StatisticsGen's statistics, which the Tuner and Trainer components receive as
-an input (components/training/tfx_components.py puts its location in ``custom_config``).
+an input (components/data/component_inputs.py puts its location in ``custom_config``).
 
 :func:`read_splits` reads the examples through ``fn_args.data_accessor`` (TFX's TFXIO
 reader, parsing by the schema) and preprocesses them with the Keras layers that are
@@ -58,7 +58,6 @@ CACHE_BYTES = 64 * 2**20  # a split up to this many bytes of float32 values is c
 MEMORY_BYTES = 256 * 2**20
 SHUFFLE_BUFFER = 4096  # examples the training stream shuffles among (``batched``)
 VALIDATION_EVERY = 5  # every 5th training example is held out for validation (20 %)
-STATISTICS_KEY = "statistics"  # custom_config: the ExampleStatistics artifact's URI
 
 
 class SplitCountError(RuntimeError):

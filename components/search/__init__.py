@@ -1,6 +1,6 @@
 """The joint search of accumulation steps, micro-batch size and learning rate (Keras Tuner).
 
-Owns the TFX Tuner module (``search.tuner.tuner_fn``), the search space and policy, the
+Owns the TFX Tuner module (``search.tuner_module.tuner_fn``), the search space and policy, the
 oracle and tuner mixins, parallel trials and the search state; it builds on the accumulation
 model, never the other way.
 """
@@ -17,7 +17,7 @@ def __getattr__(name: str):
 
         return SearchSpace
     if name == "tuner_fn":
-        from tfx_accum.components.search.tuner import tuner_fn
+        from tfx_accum.components.search.tuner_module import tuner_fn
 
         return tuner_fn
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

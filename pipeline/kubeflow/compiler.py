@@ -9,7 +9,7 @@ emits). ``--target vertex`` writes the JSON ``PipelineJob`` with Vertex accelera
 ``--trainer-workers N`` (N > 1, or a profile's ``trainer_workers``) with ``--target vertex``
 makes the Trainer TFX's Vertex AI Training extension: its pipeline step launches a Vertex
 AI ``CustomJob`` of N machines of the profile's type and accelerators, which train
-together under ``MultiWorkerMirroredStrategy`` (components/training/tfx_components.py,
+together under ``MultiWorkerMirroredStrategy`` (components/training/trainer_component.py,
 components/accumulation/multi_worker.py). Self-hosted KFP has no such service: there the Trainer
 stays in one pod (see kubeflow/README.md for what a Training Operator path would take).
 

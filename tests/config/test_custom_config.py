@@ -14,8 +14,8 @@ import pytest
 from tfx_accum.components import ModuleConfig, module_config
 from tfx_accum.components.config.search_space import SearchSpace
 from tfx_accum.components.config.settings import Hyperparameters, ModelSettings
-from tfx_accum.components.search.tuner import tuner_fn
-from tfx_accum.components.training.trainer import run_fn
+from tfx_accum.components.search.tuner_module import tuner_fn
+from tfx_accum.components.training.trainer_module import run_fn
 
 
 def _refused(**keys) -> str:

@@ -130,8 +130,8 @@ def test_an_edited_model_is_searched_and_trained_in_new_places(project, fn_args,
     from tfx_accum.components.config.custom_config import ModuleConfig
     from tfx_accum.components.config.search_space import SearchSpace
     from tfx_accum.components.config.settings import Hyperparameters
-    from tfx_accum.components.search.tuner import search_location
-    from tfx_accum.components.training.trainer import backup_location
+    from tfx_accum.components.search.tuner_module import search_location
+    from tfx_accum.components.training.trainer_module import backup_location
 
     settings = ModelSettings(model=NET, model_hyperparameters=SPACE_FN)
     config = ModuleConfig.from_custom_config(
@@ -215,9 +215,9 @@ def _stock_cache_keys(root, custom_config: dict) -> dict[str, str]:
         "eval_args": trainer_pb2.EvalArgs(num_steps=5),
         "custom_config": custom_config,
     }
-    tuner = Tuner(tuner_fn="tfx_accum.components.search.tuner.tuner_fn", **args)
+    tuner = Tuner(tuner_fn="tfx_accum.components.search.tuner_module.tuner_fn", **args)
     trainer = Trainer(
-        run_fn="tfx_accum.components.training.trainer.run_fn",
+        run_fn="tfx_accum.components.training.trainer_module.run_fn",
         hyperparameters=tuner.outputs["best_hyperparameters"],
         **args,
     )

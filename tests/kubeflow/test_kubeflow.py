@@ -127,8 +127,8 @@ def test_the_pipeline_references_packaged_code_not_a_module_file(compiled):
     spec = next(yaml.safe_load_all(compiled["gpu"].read_text()))
     text = json.dumps(spec)
     assert (
-        "tfx_accum.components.training.trainer.run_fn" in text
-        and "tfx_accum.components.search.tuner.tuner_fn" in text
+        "tfx_accum.components.training.trainer_module.run_fn" in text
+        and "tfx_accum.components.search.tuner_module.tuner_fn" in text
     )
     assert "module_file" not in text and "_wheels" not in text
 
@@ -419,10 +419,10 @@ def test_the_executors_put_a_runs_values_where_tfx_and_the_modules_read_them():
         {"custom_config": json.dumps({"search_space": {"max_trials": 8, "tuning_epochs": 4}}),
          "max_trials": 20, "tuning_epochs": 2}
     )  # fmt: skip
-    assert json.loads(tuner["custom_config"])["search_space"] == {
-        "max_trials": 20,
-        "tuning_epochs": 2,
-    }
+    from tfx_accum.components import ModuleConfig
+
+    space = ModuleConfig.from_custom_config(json.loads(tuner["custom_config"])).space
+    assert (space.max_trials, space.tuning_epochs) == (20, 2)
     trainer = params.trainer_properties({"train_args": '{"num_steps": 300}', "train_steps": 1000})
     assert json.loads(trainer["train_args"]) == {"num_steps": 1000}
 

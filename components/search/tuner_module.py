@@ -1,6 +1,6 @@
 """TFX Tuner module: Keras Tuner searches accumulation steps, micro-batch and learning rate.
 
-Referenced from the pipeline as ``tuner_fn="tfx_accum.components.search.tuner.tuner_fn"``.
+Referenced from the pipeline as ``tuner_fn="tfx_accum.components.search.tuner_module.tuner_fn"``.
 
 The three hyperparameters are searched jointly: ``accumulation_steps`` (k),
 ``micro_batch_size`` (m) and ``learning_rate``; a trial's effective batch is ``k * m``.

@@ -1,6 +1,6 @@
 """TFX Trainer module: trains the GA model with the tuned (or fixed) hyperparameters.
 
-Referenced from the pipeline as ``run_fn="tfx_accum.components.training.trainer.run_fn"``.
+Referenced from the pipeline as ``run_fn="tfx_accum.components.training.trainer_module.run_fn"``.
 
 - Hyperparameters: the Tuner's best ones (``fn_args.hyperparameters``), or
   ``custom_config["hyperparameters"]`` when tuning is switched off (see
