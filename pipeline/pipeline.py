@@ -27,6 +27,7 @@ from tfx.orchestration.pipeline import Pipeline
 from tfx.proto import example_gen_pb2, pusher_pb2, trainer_pb2
 
 from tfx_accum.components.config import tasks
+from tfx_accum.components.config.custom_config import ModuleConfig
 from tfx_accum.components.config.model_code import with_code
 from tfx_accum.components.config.search_space import SearchSpace
 from tfx_accum.components.config.settings import (
@@ -132,7 +133,6 @@ def create_pipeline(
     # cache keys: an edited model function (or a module it imports) is searched and trained
     # again.
     model_settings = with_code(model_settings)
-    custom_config: dict[str, Any] = model_settings.to_custom_config()
     label_key = model_settings.label_key
     run = params.RunParameters.of(
         data_root=data_root,
@@ -177,29 +177,28 @@ def create_pipeline(
             statistics=statistics,
             train_args=trainer_pb2.TrainArgs(),
             eval_args=trainer_pb2.EvalArgs(),
-            custom_config={
-                **custom_config,
-                "search_space": search_space.to_config(),
+            custom_config=ModuleConfig(
+                model_settings=model_settings,
+                search_space=search_space,
                 # A stable place for the search, so a rerun continues it (tuner_module.py).
-                "search_root": f"{pipeline_root}/_search",
-                "parallel_trials": parallel_trials,
-            },
+                search_root=f"{pipeline_root}/_search",
+                parallel_trials=parallel_trials,
+            ).to_custom_config(),
             **gate,
         )
         best_hyperparameters = tuner.outputs["best_hyperparameters"]
         components.append(tuner)
-    else:
-        custom_config["hyperparameters"] = (hyperparameters or Hyperparameters()).to_values()
 
-    trainer_config = {
-        **custom_config,
+    trainer_config = ModuleConfig(
+        model_settings=model_settings,
+        # Without a Tuner, the Trainer's own (with one, the Tuner's best).
+        hyperparameters=None if tune else (hyperparameters or Hyperparameters()),
         # A stable place for the Trainer's training-state backups (trainer.backup_location).
-        "backup_root": f"{pipeline_root}/_backup",
+        backup_root=f"{pipeline_root}/_backup",
         # The search's seed: the Trainer trains the best trial's model (same start, order).
-        "seed": search_space.seed,
-    }
-    if tune and train_steps_auto:
-        trainer_config["train_budget"] = BEST_TRIAL_BUDGET
+        seed=search_space.seed,
+        train_budget=BEST_TRIAL_BUDGET if tune and train_steps_auto else None,
+    )
     trainer = Trainer(
         run_parameters=run.for_component(params.TRAINER),
         run_fn=RUN_FN,
@@ -209,7 +208,7 @@ def create_pipeline(
         hyperparameters=best_hyperparameters,
         train_args=trainer_pb2.TrainArgs(num_steps=train_steps),  # a run's train_steps override
         eval_args=trainer_pb2.EvalArgs(),  # validation reads the whole eval split
-        custom_config=trainer_config,
+        custom_config=trainer_config.to_custom_config(),
         **gate,
     )
     blessing = Blessing.for_task(

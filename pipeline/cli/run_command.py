@@ -82,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
     decided = dataclasses.replace(
         requested, model=model_name, task=checked.task, num_classes=checked.num_classes
     )
-    settings_["model_settings"] = decided
+    settings_ = {**settings_, "model_settings": decided}
     with output_dirs.claim(output_dir):
         data_root, checked = prepare_data(
             args.data_root,

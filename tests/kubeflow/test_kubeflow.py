@@ -285,10 +285,13 @@ def test_a_gpu_profile_on_a_machine_without_gpu_stops_with_the_cause(monkeypatch
     assert choose_strategy().num_replicas_in_sync == 1
 
 
-def _tuner_custom_config(path: Path) -> dict:
+def _tuner_module_config(path: Path):
+    """The compiled Tuner's custom_config, read as the Tuner module reads it."""
+    from tfx_accum.components import ModuleConfig
+
     spec = next(yaml.safe_load_all(path.read_text()))
     parameter = spec["root"]["dag"]["tasks"]["Tuner"]["inputs"]["parameters"]["custom_config"]
-    return json.loads(parameter["runtimeValue"]["constant"])
+    return ModuleConfig.from_custom_config(json.loads(parameter["runtimeValue"]["constant"]))
 
 
 @pytest.mark.parametrize(
@@ -304,7 +307,7 @@ def test_multi_gpu_profiles_run_one_trial_per_gpu(tmp_path, pool, extra, expecte
     output = tmp_path / f"{pool}.yaml"
     rc = main(compile_argv(pool, output, *extra))
     assert rc == 0
-    assert _tuner_custom_config(output)["parallel_trials"] == expected
+    assert _tuner_module_config(output).parallel_trials == expected
     assert get_profile(pool).tuner_parallel_trials == (4 if pool == "a100x4" else expected)
 
 
@@ -480,7 +483,7 @@ def test_a_multi_gpu_pod_gives_each_worker_its_own_gpu(tmp_path):
     output = tmp_path / "a100x4.yaml"
     assert main(compile_argv("a100x4", output)) == 0
     spec = next(yaml.safe_load_all(output.read_text()))
-    requested = _tuner_custom_config(output)["parallel_trials"]
+    requested = _tuner_module_config(output).parallel_trials
     env = {
         e["name"]: e["value"]
         for e in spec["deploymentSpec"]["executors"]["Tuner_executor"]["container"]["env"]
