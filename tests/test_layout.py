@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import functools
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -317,6 +318,71 @@ def test_the_order_is_written_down_where_a_reader_looks():
     for path in (ROOT / "components" / "__init__.py", ROOT / "docs" / "architecture.md"):
         text = re.sub(r"\s+", " ", path.read_text())
         assert drawn in text, f"{path.name}: the layer order {drawn!r}"
+
+
+FILE = re.compile(r"\b([\w-]+\.(?:py|yaml|txt|sh|md|toml))\b")
+PATH = re.compile(
+    r"(?<![\w./-])((?:components|pipeline|kubeflow|tfx_accum|tests|bench|docs|scripts)"
+    r"/[\w/.-]*\.(?:py|md|yaml|txt|sh|toml|json))\b"
+)
+
+
+def architecture_files() -> list[str]:
+    """Every file docs/architecture.md's drawing of the tree names, as a path: a line
+    starting with ``folder/`` (or, indented, ``sub/``) opens that folder, and the file names
+    on it and on the lines that continue it are in it."""
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    block = text.split("```\n", 2)[1]
+    top, folder, named = "", "", []
+    for line in block.splitlines():
+        head = line.split(maxsplit=1)[0] if line.strip() else ""
+        if head.endswith("/") and not line.startswith("    "):
+            if line.startswith("  "):
+                folder = f"{top}{head}"
+            else:
+                top = folder = head
+            line = line.split(maxsplit=1)[1] if len(line.split(maxsplit=1)) > 1 else ""
+        named += [f"{folder}{name}" for name in FILE.findall(line)]
+    return named
+
+
+def test_the_architecture_drawing_names_only_files_that_exist():
+    named = architecture_files()
+    assert len(named) > 100, named  # the drawing was read
+    assert not [path for path in named if not (ROOT / path).is_file()]
+
+
+def test_the_drawing_check_finds_a_file_that_moved(monkeypatch, tmp_path):
+    drawing = (ROOT / "docs" / "architecture.md").read_text()
+    moved = drawing.replace("budget.py (the Trainer's budget rule)", "trainer_budget.py (gone)")
+    assert moved != drawing
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "architecture.md").write_text(moved)
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    named = architecture_files()
+    assert "components/training/trainer_budget.py" in named
+    assert not (tmp_path / "components/training/trainer_budget.py").is_file()
+
+
+def test_every_path_a_module_or_the_architecture_names_exists():
+    """A path such as ``components/data/datasets.py`` in a module's docstring or comment, or
+    in docs/architecture.md, names a file of the tree (a moved module leaves none behind)."""
+    sources = [*modules().values(), ROOT / "docs" / "architecture.md"]
+    missing = [
+        f"{source.relative_to(ROOT)}: {path}"
+        for source in sources
+        for path in PATH.findall(source.read_text())
+        if not (ROOT / path).exists()
+    ]
+    assert not missing
+
+
+def test_every_package_docstring_names_its_room():
+    """Each sub-package's docstring says which room it is (the words of LAYERS)."""
+    for package in sub_packages():
+        room = package.name if package.parent.name == "components" else f"pipeline.{package.name}"
+        doc = ast.get_docstring(ast.parse((package / "__init__.py").read_text())) or ""
+        assert room.split(".")[-1] in doc.lower() and "room" in doc.lower(), package
 
 
 def test_no_module_over_500_lines_without_a_reason():

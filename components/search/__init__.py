@@ -1,8 +1,8 @@
 """The joint search of accumulation steps, micro-batch size and learning rate (Keras Tuner).
 
-Owns the TFX Tuner module (``search.tuner_module.tuner_fn``), the search space and policy, the
-oracle and tuner mixins, parallel trials and the search state; it builds on the accumulation
-model, never the other way.
+The search room, a sibling of training above models: owns the TFX Tuner module
+(``search.tuner_module.tuner_fn``) and component, the search policy, the oracle and tuner
+mixins, parallel trials and the search state; it never imports the training room.
 """
 
 from __future__ import annotations
