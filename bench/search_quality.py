@@ -181,7 +181,7 @@ def run_project(table: Table, seed: int, trials: int, epochs: int, directory: st
     """The project's search (the default space, or ``space``): its trials in order."""
     import tensorflow as tf
 
-    from tfx_accum.components.config.settings import (
+    from tfx_accum.components.config.hyperparameters import (
         HP_ACCUMULATION_STEPS,
         HP_LEARNING_RATE,
         HP_MICRO_BATCH_SIZE,
@@ -248,7 +248,7 @@ def run_plain(
     import keras
     import keras_tuner
 
-    from tfx_accum.components.config.settings import HP_LEARNING_RATE
+    from tfx_accum.components.config.hyperparameters import HP_LEARNING_RATE
     from tfx_accum.components.config.tasks import OBJECTIVES
 
     data = describe(table)

@@ -15,7 +15,7 @@
 A model is blessed only if it beats the trivial baseline on the eval split (a lift above
 :data:`~tfx_accum.components.training.baseline_metrics.MIN_LIFT`), and, with ``bless_threshold``,
 also reaches that threshold on ``bless_metric``
-(:class:`~tfx_accum.components.config.settings.Blessing`
+(:class:`~tfx_accum.components.config.blessing.Blessing`
 says which metrics fit which task). There is no Resolver node (self-hosted Kubeflow
 Pipelines cannot run one): the gates are absolute, measured on this run's eval split.
 
@@ -32,7 +32,7 @@ import math
 import tensorflow_model_analysis as tfma
 
 from tfx_accum.components.config import tasks
-from tfx_accum.components.config.settings import BLESS_METRICS, Blessing, check_threshold_range
+from tfx_accum.components.config.blessing import BLESS_METRICS, Blessing, check_threshold_range
 from tfx_accum.components.training import baseline_metrics
 from tfx_accum.components.training.export import LABELS_SIGNATURE, SERVING_SIGNATURE
 
@@ -73,7 +73,7 @@ def eval_config(
 
     ``num_classes``: the classes of a classification task where known (None: learned from
     the data; a binary task has 2). ``bless_metric``/``bless_threshold``: see
-    :class:`~tfx_accum.components.config.settings.Blessing` (``ValueError`` where they do not fit
+    :class:`~tfx_accum.components.config.blessing.Blessing` (``ValueError`` where they do not fit
     the task). The label is read through the model's ``transform_labels`` signature
     (class indices for classification, the number itself for regression).
     """

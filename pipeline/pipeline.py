@@ -27,16 +27,12 @@ from tfx.orchestration.pipeline import Pipeline
 from tfx.proto import example_gen_pb2, pusher_pb2, trainer_pb2
 
 from tfx_accum.components.config import tasks
-from tfx_accum.components.config.custom_config import ModuleConfig
+from tfx_accum.components.config.blessing import Blessing
+from tfx_accum.components.config.custom_config import BEST_TRIAL_BUDGET, ModuleConfig
+from tfx_accum.components.config.hyperparameters import Hyperparameters
 from tfx_accum.components.config.model_code import with_code
 from tfx_accum.components.config.search_space import SearchSpace
-from tfx_accum.components.config.settings import (
-    BEST_TRIAL_BUDGET,
-    TRAIN_STEPS,
-    Blessing,
-    Hyperparameters,
-    ModelSettings,
-)
+from tfx_accum.components.config.settings import TRAIN_STEPS, ModelSettings
 from tfx_accum.components.data.example_fingerprint import (
     CsvExampleGen,
     ImportExampleGen,

@@ -42,10 +42,11 @@ from tfx_accum.components.accumulation.arguments import (
     validate_positive_float,
     validate_positive_int,
 )
+from tfx_accum.components.config.hyperparameters import Hyperparameters
 from tfx_accum.components.config.model_code import with_code
 from tfx_accum.components.config.search_space import SearchSpace
 from tfx_accum.components.config.setting_words import closest_hint
-from tfx_accum.components.config.settings import BEST_TRIAL_BUDGET, Hyperparameters, ModelSettings
+from tfx_accum.components.config.settings import ModelSettings
 
 __all__ = ["MODULE_CONFIG_KEYS", "ModuleConfig", "module_config"]
 
@@ -67,6 +68,9 @@ TFX_CONFIG_PREFIXES = ("ai_platform_", "remote_trials_working_dir")
 MODEL_KEYS = tuple(f.name for f in dataclasses.fields(ModelSettings))
 KNOWN_KEYS = (*MODEL_KEYS, *MODULE_CONFIG_KEYS)
 STALL_SECONDS = 600.0  # worker_stall_seconds' default
+# custom_config["train_budget"]: the Trainer trains for the best trial's examples (the
+# default when tuning); otherwise for train_steps updates with early stopping.
+BEST_TRIAL_BUDGET = "best_trial"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -25,12 +25,12 @@ from tfx_accum.components.accumulation.arguments import (
     validate_positive_float,
     validate_positive_int,
 )
-from tfx_accum.components.config.setting_words import closest_hint
-from tfx_accum.components.config.settings import (
+from tfx_accum.components.config.hyperparameters import (
     HP_ACCUMULATION_STEPS,
     HP_LEARNING_RATE,
     HP_MICRO_BATCH_SIZE,
 )
+from tfx_accum.components.config.setting_words import closest_hint
 
 ALGORITHMS = ("bayesian", "random", "hyperband")
 DEFAULT_MAX_TRIAL_EXAMPLES = 200_000  # a trial's examples in all, when not given

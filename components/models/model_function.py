@@ -252,7 +252,7 @@ def say_shadowed_hyperparameters(hp, component: str) -> None:
     """One line per hyperparameter the model function declares under one of the names
     tfx-accum searches itself: Keras Tuner keeps the first declaration of a name, which in a
     trial is tfx-accum's, so the function's own range is never searched."""
-    from tfx_accum.components.config.settings import (
+    from tfx_accum.components.config.hyperparameters import (
         HP_ACCUMULATION_STEPS,
         HP_LEARNING_RATE,
         HP_MICRO_BATCH_SIZE,

@@ -28,19 +28,20 @@ import tensorflow as tf
 
 from tfx_accum import console
 from tfx_accum.components.accumulation.strategy import ReplicaPlan, replica_plan
-from tfx_accum.components.config.search_space import SearchSpace, exceeds_effective_batch_limit
-from tfx_accum.components.config.settings import (
-    DEFAULT_PRECISION,
-    EVAL_BATCH,
+from tfx_accum.components.config.hyperparameters import (
     HP_ACCUMULATION_STEPS,
     HP_LEARNING_RATE,
     HP_MICRO_BATCH_SIZE,
+)
+from tfx_accum.components.config.search_space import SearchSpace, exceeds_effective_batch_limit
+from tfx_accum.components.config.settings import DEFAULT_PRECISION, EVAL_BATCH
+from tfx_accum.components.config.tasks import OBJECTIVES
+from tfx_accum.components.config.trial_records import (
     TRIAL_EXAMPLES,
     TRIAL_PEAK_MEMORY,
     TRIAL_SCORED_ON,
     TRIAL_SPEED,
 )
-from tfx_accum.components.config.tasks import OBJECTIVES
 from tfx_accum.components.data.datasets import (
     HeldInMemory,
     Splits,

@@ -39,11 +39,13 @@ import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from tfx_accum.components.config.search_space import exceeds_effective_batch_limit, fitting_splits
-from tfx_accum.components.config.settings import (
+from tfx_accum.components.config.hyperparameters import (
     HP_ACCUMULATION_STEPS,
     HP_LEARNING_RATE,
     HP_MICRO_BATCH_SIZE,
+)
+from tfx_accum.components.config.search_space import exceeds_effective_batch_limit, fitting_splits
+from tfx_accum.components.config.trial_records import (
     RESPLIT_FROM_SPLIT,
     RESPLIT_FROM_TRIAL,
     RESPLIT_SPEEDUP,

@@ -43,11 +43,13 @@ from typing import Any
 import keras_tuner
 
 from tfx_accum import console
-from tfx_accum.components.config.search_space import SearchSpace
-from tfx_accum.components.config.settings import (
+from tfx_accum.components.config.hyperparameters import (
     HP_ACCUMULATION_STEPS,
     HP_LEARNING_RATE,
     HP_MICRO_BATCH_SIZE,
+)
+from tfx_accum.components.config.search_space import SearchSpace
+from tfx_accum.components.config.trial_records import (
     TRIAL_EXAMPLES,
     TRIAL_PEAK_MEMORY,
     TRIAL_REUSED_FROM,

@@ -4,7 +4,7 @@ Referenced from the pipeline as ``run_fn="tfx_accum.components.training.trainer_
 
 - Hyperparameters: the Tuner's best ones (``fn_args.hyperparameters``), or
   ``custom_config["hyperparameters"]`` when tuning is switched off (see
-  :class:`~tfx_accum.components.config.settings.Hyperparameters`). It does not depend on the
+  :class:`~tfx_accum.components.config.hyperparameters.Hyperparameters`). It does not depend on the
   Tuner module.
 - ``train_steps`` counts **optimizer updates** (each one is a whole effective batch of
   ``k * m`` examples), not micro-batches.
@@ -36,15 +36,12 @@ from tfx_accum import console
 from tfx_accum.components.accumulation import distributed_input
 from tfx_accum.components.accumulation.multi_worker import Cluster
 from tfx_accum.components.accumulation.strategy import choose_strategy, replica_plan
-from tfx_accum.components.config.custom_config import ModuleConfig
+from tfx_accum.components.config.custom_config import BEST_TRIAL_BUDGET, ModuleConfig
+from tfx_accum.components.config.hyperparameters import Hyperparameters
 from tfx_accum.components.config.model_code import model_key
-from tfx_accum.components.config.settings import (
-    BEST_TRIAL_BUDGET,
-    EVAL_BATCH,
-    Hyperparameters,
-    TunerDecision,
-)
+from tfx_accum.components.config.settings import EVAL_BATCH
 from tfx_accum.components.config.tasks import OBJECTIVES
+from tfx_accum.components.config.trial_records import TunerDecision
 from tfx_accum.components.data.datasets import (
     batched,
     read_splits,
@@ -68,7 +65,7 @@ def resolve_hyperparameters(
     """``(hyperparameters, keras_tuner.HyperParameters, the Tuner's decision)``.
 
     The Tuner's decision (``fn_args.hyperparameters``, parsed once by
-    :class:`~tfx_accum.components.config.settings.TunerDecision`) if there is one, else
+    :class:`~tfx_accum.components.config.trial_records.TunerDecision`) if there is one, else
     ``custom_config["hyperparameters"]`` (``config.hyperparameters``). The second value
     holds every value, for a model function that declared hyperparameters of its own
     (empty with tuning off: its defaults).

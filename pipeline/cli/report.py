@@ -12,15 +12,17 @@ from typing import TYPE_CHECKING, Any
 from ml_metadata import metadata_store
 from ml_metadata.proto import metadata_store_pb2
 
-from tfx_accum.components.config.settings import (
+from tfx_accum.components.config.hyperparameters import (
     HP_ACCUMULATION_STEPS,
     HP_LEARNING_RATE,
     HP_MICRO_BATCH_SIZE,
+    Hyperparameters,
+)
+from tfx_accum.components.config.trial_records import (
     TRIAL_EXAMPLES,
     TRIAL_PEAK_MEMORY,
     TRIAL_REUSED_FROM,
     TRIAL_SPEED,
-    Hyperparameters,
     TunerDecision,
 )
 from tfx_accum.components.data.anomalies import read_anomalies

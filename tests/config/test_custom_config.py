@@ -12,8 +12,9 @@ import types
 import pytest
 
 from tfx_accum.components import ModuleConfig, module_config
+from tfx_accum.components.config.hyperparameters import Hyperparameters
 from tfx_accum.components.config.search_space import SearchSpace
-from tfx_accum.components.config.settings import Hyperparameters, ModelSettings
+from tfx_accum.components.config.settings import ModelSettings
 from tfx_accum.components.search.tuner_module import tuner_fn
 from tfx_accum.components.training.trainer_module import run_fn
 

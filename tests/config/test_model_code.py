@@ -128,8 +128,8 @@ def test_an_edited_model_is_searched_and_trained_in_new_places(project, fn_args,
     model's functions: an edited model (or hyperparameter function) neither resumes the
     old search nor the old training."""
     from tfx_accum.components.config.custom_config import ModuleConfig
+    from tfx_accum.components.config.hyperparameters import Hyperparameters
     from tfx_accum.components.config.search_space import SearchSpace
-    from tfx_accum.components.config.settings import Hyperparameters
     from tfx_accum.components.search.tuner_module import search_location
     from tfx_accum.components.training.trainer_module import backup_location
 

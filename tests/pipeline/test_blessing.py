@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tfx_accum.components.config import tasks
-from tfx_accum.components.config.settings import BLESS_METRICS, Blessing
+from tfx_accum.components.config.blessing import BLESS_METRICS, Blessing
 from tfx_accum.pipeline.cli.parser import build_parser, main
 
 

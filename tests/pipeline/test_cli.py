@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from tfx_accum import console
-from tfx_accum.components.config.settings import Hyperparameters, ModelSettings
+from tfx_accum.components.config.hyperparameters import Hyperparameters
+from tfx_accum.components.config.settings import ModelSettings
 from tfx_accum.pipeline.cli.arguments import fixed_hyperparameters
 from tfx_accum.pipeline.cli.parser import build_parser, main
 from tfx_accum.pipeline.cli.temp_dir import command_temp_dir

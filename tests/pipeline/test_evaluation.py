@@ -20,7 +20,7 @@ import tensorflow_model_analysis as tfma
 from sklearn.metrics import precision_score, recall_score, roc_auc_score
 
 from tfx_accum.components.config import tasks
-from tfx_accum.components.config.settings import Blessing
+from tfx_accum.components.config.blessing import Blessing
 from tfx_accum.components.training import baseline_metrics as bm
 from tfx_accum.pipeline.evaluation import (
     blessing_reason,

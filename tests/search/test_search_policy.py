@@ -12,7 +12,7 @@ from tfx_accum.components.config.search_space import (
     exceeds_effective_batch_limit,
     within_effective_batch_limit,
 )
-from tfx_accum.components.config.settings import TRIAL_SPEED, TunerDecision
+from tfx_accum.components.config.trial_records import TRIAL_SPEED, TunerDecision
 from tfx_accum.components.search.search_policy import (
     TrialRecord,
     centre_configuration,

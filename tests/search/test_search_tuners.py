@@ -323,7 +323,7 @@ def test_a_trials_score_records_the_held_out_examples_it_is_on(tmp_path):
     trial records how many (the Trainer validates the best trial's model on as many)."""
     import dataclasses
 
-    from tfx_accum.components.config.settings import TRIAL_SCORED_ON
+    from tfx_accum.components.config.trial_records import TRIAL_SCORED_ON
 
     space = SearchSpace(
         accumulation_steps_choices=(1,),

@@ -26,7 +26,8 @@ import pytest
 import tensorflow as tf
 from clusters import free_ports
 
-from tfx_accum.components.config.settings import Hyperparameters, ModelSettings
+from tfx_accum.components.config.hyperparameters import Hyperparameters
+from tfx_accum.components.config.settings import ModelSettings
 
 # The slow tier: real Trainer processes on the loopback address (minutes).
 pytestmark = pytest.mark.e2e

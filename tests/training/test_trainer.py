@@ -54,7 +54,7 @@ def test_the_best_trials_model_is_validated_on_the_examples_its_score_is_on():
     """The Tuner records the held-out examples each score is on (the first 50,000 of a
     large split); the Trainer training the best trial's budget validates on those, and on
     every held-out example otherwise."""
-    from tfx_accum.components.config.settings import TunerDecision
+    from tfx_accum.components.config.trial_records import TunerDecision
     from tfx_accum.components.search.search_policy import TrainerChoice, TrialRecord
     from tfx_accum.components.training.budget import trainer_budget
     from tfx_accum.components.training.trainer_module import validated_examples
