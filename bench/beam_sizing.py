@@ -1,6 +1,6 @@
 """The DirectRunner's two modes for each Beam component and row count: the local sizing rule.
 
-The local run chooses Beam's DirectRunner mode from the input (pipeline/local/beam.py):
+The local run chooses Beam's DirectRunner mode from the input (pipeline/beam_args.py):
 ``in_memory`` (one worker, this process) or ``multi_processing`` (worker processes). Here
 each Beam component of the pipeline runs in a fresh process of its own, in each mode as the
 local runner would pass it (``direct_args(1)``, ``direct_args(2)``), on the same examples:
@@ -46,8 +46,8 @@ def run_statistics(examples: Path, work: Path, workers: int) -> int:
     from tfx.types import standard_artifacts
     from tfx.types import standard_component_specs as specs
 
-    from tfx_accum.pipeline.local import tfxio_batching
-    from tfx_accum.pipeline.local.beam import direct_args, without_tfx_sdist
+    from tfx_accum.pipeline import tfxio_batching
+    from tfx_accum.pipeline.beam_args import direct_args, without_tfx_sdist
 
     tfxio_batching.enable()  # as the local run's process does
     artifact = standard_artifacts.Examples()

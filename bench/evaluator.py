@@ -121,9 +121,9 @@ def run_evaluator(examples: Path, model: Path, work: Path, beam_mode: str) -> di
     from tfx.dsl.components.base.base_beam_executor import BaseBeamExecutor
     from tfx.types import standard_artifacts
 
+    from tfx_accum.pipeline import tfxio_batching
+    from tfx_accum.pipeline.beam_args import BEAM_PLUGIN_ARG, without_tfx_sdist
     from tfx_accum.pipeline.evaluation import eval_config, read_evaluation
-    from tfx_accum.pipeline.local import tfxio_batching
-    from tfx_accum.pipeline.local.beam import BEAM_PLUGIN_ARG, without_tfx_sdist
     from tfx_accum.pipeline.pipeline import EVALUATOR_MODULE
     from tfx_accum.pipeline.run_parameters import EvaluatorExecutor
 

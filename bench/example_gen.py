@@ -3,7 +3,7 @@
 For each size (rows x numeric features, plus a 10-class label; the CSV written as
 ``bench/streaming.py`` writes it), runs TFX's ``csv_executor.Executor`` and the project's
 (``components/data/csv_examples.py``) on the same file, each in a fresh process with the Beam
-arguments the local runner picks for that input (``pipeline/local/beam.py``), and reports the
+arguments the local runner picks for that input (``pipeline/beam_args.py``), and reports the
 wall time, the CPU seconds (the process and the Beam workers it waited for), the peak RSS
 of the process doing the work (the largest one: Beam's workers are separate processes in
 ``multi_processing`` mode), the peak RSS of the whole process tree, sampled every 0.2 s,
@@ -120,7 +120,7 @@ def measure(executor: str, data: Path, out: Path, beam_args: list[str]) -> dict:
 
 
 def run(rows: int, features: int, work_dir: Path, skip_stock: bool) -> dict:
-    from tfx_accum.pipeline.local.beam import available_cpus, local_beam_args
+    from tfx_accum.pipeline.beam_args import available_cpus, local_beam_args
 
     data = work_dir / f"data-{rows}x{features}"
     data.mkdir()

@@ -49,10 +49,10 @@ def image_examples():
     from tensorflow_metadata.proto.v0 import schema_pb2
 
     from bench.tfx_floor import batches, decode_tfx_bsl, tfdv_statistics
+    from tfx_accum.components.config.settings import ModelSettings
     from tfx_accum.components.data.features import Preprocessor, describe, first_bytes_values
     from tfx_accum.components.data.raw_features import parse_raw
     from tfx_accum.components.data.statistics import SplitStatistics
-    from tfx_accum.components.settings import ModelSettings
     from tfx_accum.pipeline.checks.data import digit_image_examples
 
     records = digit_image_examples()
@@ -85,7 +85,7 @@ def one(k: int, micro: int, updates: int = UPDATES, model_name: str = MODEL) -> 
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import keras
 
-    from tfx_accum.components.training.models import build_model
+    from tfx_accum.components.models.models import build_model
 
     data, examples = image_examples()
     keras.utils.set_random_seed(0)

@@ -75,10 +75,13 @@ def main(argv: list[str] | None = None) -> int:
     import keras
     import keras_tuner
 
+    from tfx_accum.components.config.hyperparameters import (
+        HP_ACCUMULATION_STEPS,
+        HP_MICRO_BATCH_SIZE,
+    )
+    from tfx_accum.components.config.search_space import SearchSpace
     from tfx_accum.components.data.features import DataDescription
-    from tfx_accum.components.search.search_space import SearchSpace
-    from tfx_accum.components.settings import HP_ACCUMULATION_STEPS, HP_MICRO_BATCH_SIZE
-    from tfx_accum.components.training.models import build_model
+    from tfx_accum.components.models.models import build_model
 
     phase("imports")
     space = SearchSpace(max_trials=args.trials, tuning_epochs=args.epochs)

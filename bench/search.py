@@ -28,8 +28,8 @@ import tempfile
 from pathlib import Path
 
 from bench.tuner_component import run_tuner_component
+from tfx_accum.components.config.search_space import SearchSpace
 from tfx_accum.components.search.search_policy import duplicate_key
-from tfx_accum.components.search.search_space import SearchSpace
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -59,7 +59,7 @@ def _key(batch: int, learning_rate: float) -> tuple[int, float]:
 def score_table(name: str, seed: int, epochs: int) -> dict[tuple[int, float], float]:
     """Every model of the default space trained once on ``name`` split by ``seed``: its
     score, keyed by (effective batch, learning rate)."""
-    from tfx_accum.components.search.search_space import SearchSpace
+    from tfx_accum.components.config.search_space import SearchSpace
 
     size = len(_models(SearchSpace()))
     space = SearchSpace(
@@ -145,7 +145,7 @@ def odds(tables: list[dict], models, centre, trials: int, seeds: int, draws: int
 
 
 def run(datasets, table_seeds, trials: int, epochs: int, seeds: int, draws: int) -> dict:
-    from tfx_accum.components.search.search_space import SearchSpace
+    from tfx_accum.components.config.search_space import SearchSpace
 
     start = time.monotonic()
     space = SearchSpace(tuning_epochs=epochs)

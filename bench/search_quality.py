@@ -156,7 +156,7 @@ def describe(table: Table):
 
 
 def project_space(seed: int, trials: int, epochs: int):
-    from tfx_accum.components.search.search_space import SearchSpace
+    from tfx_accum.components.config.search_space import SearchSpace
 
     return SearchSpace(seed=seed, tuning_epochs=epochs, max_trials=trials)
 
@@ -181,15 +181,15 @@ def run_project(table: Table, seed: int, trials: int, epochs: int, directory: st
     """The project's search (the default space, or ``space``): its trials in order."""
     import tensorflow as tf
 
-    from tfx_accum.components.data.datasets import Splits
-    from tfx_accum.components.data.features import Preprocessor
-    from tfx_accum.components.search.hypermodel import AccumulationHyperModel
-    from tfx_accum.components.search.search_tuners import make_tuner
-    from tfx_accum.components.settings import (
+    from tfx_accum.components.config.hyperparameters import (
         HP_ACCUMULATION_STEPS,
         HP_LEARNING_RATE,
         HP_MICRO_BATCH_SIZE,
     )
+    from tfx_accum.components.data.datasets import Splits
+    from tfx_accum.components.data.features import Preprocessor
+    from tfx_accum.components.search.hypermodel import AccumulationHyperModel
+    from tfx_accum.components.search.search_tuners import make_tuner
 
     data = describe(table)
     train = tf.data.Dataset.from_tensor_slices((table.columns(table.train_x), table.train_y))
@@ -224,9 +224,9 @@ def plain_model(data, learning_rate: float):
     as the project compiles it."""
     import keras
 
-    from tfx_accum.components.data.tasks import PREDICTION_KEYS
-    from tfx_accum.components.training.models import model_inputs, tabular_vector
-    from tfx_accum.components.training.task_compile import compile_arguments
+    from tfx_accum.components.config.tasks import PREDICTION_KEYS
+    from tfx_accum.components.models.models import model_inputs, tabular_vector
+    from tfx_accum.components.models.task_compile import compile_arguments
 
     inputs = model_inputs(data)
     x = tabular_vector(data, inputs)
@@ -248,8 +248,8 @@ def run_plain(
     import keras
     import keras_tuner
 
-    from tfx_accum.components.data.tasks import OBJECTIVES
-    from tfx_accum.components.settings import HP_LEARNING_RATE
+    from tfx_accum.components.config.hyperparameters import HP_LEARNING_RATE
+    from tfx_accum.components.config.tasks import OBJECTIVES
 
     data = describe(table)
     space = project_space(seed, trials, epochs)
@@ -367,7 +367,7 @@ def run_search(method: str, table: Table, seed: int, trials: int, epochs: int) -
 
 
 def run(datasets: tuple[str, ...], seeds: tuple[int, ...], trials: int, epochs: int) -> dict:
-    from tfx_accum.components.data.tasks import OBJECTIVES
+    from tfx_accum.components.config.tasks import OBJECTIVES
 
     start = time.monotonic()
     space = project_space(seeds[0], trials, epochs)

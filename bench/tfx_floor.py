@@ -218,7 +218,7 @@ def same_values(record_batches, parsed, names: list[str]) -> bool:
 
 
 def measure(rows: int, columns: int, repeats: int) -> dict:
-    from tfx_accum.pipeline.local import tfxio_batching
+    from tfx_accum.pipeline import tfxio_batching
 
     tfxio_batching.enable()  # as StatisticsGen's and the Evaluator's workers batch
     serialized = records(rows, columns)

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tfx_accum.components.search.search_space import SearchSpace
+from tfx_accum.components.config.search_space import SearchSpace
 
 
 @dataclasses.dataclass
@@ -51,7 +51,7 @@ def run_tuner_component(
     from tfx.dsl.components.base.base_executor import BaseExecutor
     from tfx.types import standard_artifacts
 
-    from tfx_accum.components.training.tfx_components import TunerExecutor as Executor
+    from tfx_accum.components.search.tuner_component import TunerExecutor as Executor
 
     pipeline = run_dir / "pipeline"
     examples = standard_artifacts.Examples()
@@ -82,7 +82,7 @@ def run_tuner_component(
         {"examples": [examples], "schema": [schema], "statistics": [statistics]},
         {"best_hyperparameters": [best], "tuner_results": [results]},
         {
-            "tuner_fn": "tfx_accum.components.search.tuner.tuner_fn",
+            "tuner_fn": "tfx_accum.components.search.tuner_module.tuner_fn",
             "custom_config": json.dumps(custom_config),
             "train_args": "{}",
             "eval_args": "{}",

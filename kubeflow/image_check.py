@@ -29,8 +29,8 @@ from pathlib import Path  # noqa: E402
 
 # What the pipeline's tasks import in the container.
 TASK_MODULES = (
-    "tfx_accum.components.search.tuner",
-    "tfx_accum.components.training.trainer",
+    "tfx_accum.components.search.tuner_module",
+    "tfx_accum.components.training.trainer_module",
     "tfx_accum.pipeline.run_parameters",
     "tfx.orchestration.kubeflow.v2.container.kubeflow_v2_run_executor",
 )

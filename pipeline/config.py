@@ -1,13 +1,13 @@
 """Pipeline settings in one place (the TFX templates' ``configs.py``).
 
-Model and training defaults live in :mod:`tfx_accum.components.settings`, search defaults
-in :class:`tfx_accum.components.search.search_space.SearchSpace`; this module holds what only the
+Model and training defaults live in :mod:`tfx_accum.components.config.settings`, search defaults
+in :class:`tfx_accum.components.config.search_space.SearchSpace`; this module holds what only the
 pipeline needs.
 """
 
 from __future__ import annotations
 
-from tfx_accum.components.setting_words import SettingWords
+from tfx_accum.components.config.setting_words import SettingWords
 
 PIPELINE_NAME = "tfx-accum"  # KFP requires [a-z0-9][a-z0-9-]*
 DEFAULT_OUTPUT_DIR = "tfx_accum_output"

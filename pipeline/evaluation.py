@@ -1,6 +1,6 @@
 """The Evaluator: its configuration per task, and what its output says about the model.
 
-:func:`eval_config` gives TFMA's ``EvalConfig`` for a task (components/data/tasks.py):
+:func:`eval_config` gives TFMA's ``EvalConfig`` for a task (components/config/tasks.py):
 
 - multiclass: accuracy (``SparseCategoricalAccuracy``, computed as Keras does but without
   TensorFlow: components/training/baseline_metrics.py), the example count, and the
@@ -16,7 +16,8 @@
 
 A model is blessed only if it beats the trivial baseline on the eval split (a lift above
 :data:`~tfx_accum.components.training.baseline_metrics.MIN_LIFT`), and, with ``bless_threshold``,
-also reaches that threshold on ``bless_metric`` (:class:`~tfx_accum.components.settings.Blessing`
+also reaches that threshold on ``bless_metric``
+(:class:`~tfx_accum.components.config.blessing.Blessing`
 says which metrics fit which task). There is no Resolver node (self-hosted Kubeflow
 Pipelines cannot run one): the gates are absolute, measured on this run's eval split.
 
@@ -32,8 +33,8 @@ import math
 
 import tensorflow_model_analysis as tfma
 
-from tfx_accum.components.data import tasks
-from tfx_accum.components.settings import BLESS_METRICS, Blessing, check_threshold_range
+from tfx_accum.components.config import tasks
+from tfx_accum.components.config.blessing import BLESS_METRICS, Blessing, check_threshold_range
 from tfx_accum.components.training import baseline_metrics
 from tfx_accum.components.training.export import LABELS_SIGNATURE, SERVING_SIGNATURE
 
@@ -74,7 +75,7 @@ def eval_config(
 
     ``num_classes``: the classes of a classification task where known (None: learned from
     the data; a binary task has 2). ``bless_metric``/``bless_threshold``: see
-    :class:`~tfx_accum.components.settings.Blessing` (``ValueError`` where they do not fit
+    :class:`~tfx_accum.components.config.blessing.Blessing` (``ValueError`` where they do not fit
     the task). The label is read through the model's ``transform_labels`` signature
     (class indices for classification, the number itself for regression).
     """

@@ -26,31 +26,29 @@ from tfx.orchestration import metadata
 from tfx.orchestration.pipeline import Pipeline
 from tfx.proto import example_gen_pb2, pusher_pb2, trainer_pb2
 
-from tfx_accum.components.data import tasks
+from tfx_accum.components.config import tasks
+from tfx_accum.components.config.blessing import Blessing
+from tfx_accum.components.config.custom_config import BEST_TRIAL_BUDGET, ModuleConfig
+from tfx_accum.components.config.hyperparameters import Hyperparameters
+from tfx_accum.components.config.model_code import with_code
+from tfx_accum.components.config.search_space import SearchSpace
+from tfx_accum.components.config.settings import TRAIN_STEPS, ModelSettings
 from tfx_accum.components.data.example_fingerprint import (
     CsvExampleGen,
     ImportExampleGen,
     ImportSchemaGen,
 )
 from tfx_accum.components.data.missing_values import missing_values_config
-from tfx_accum.components.search.search_space import SearchSpace
-from tfx_accum.components.settings import (
-    BEST_TRIAL_BUDGET,
-    TRAIN_STEPS,
-    Blessing,
-    Hyperparameters,
-    ModelSettings,
-)
-from tfx_accum.components.training.model_code import with_code
+from tfx_accum.components.search.tuner_component import Tuner
 from tfx_accum.components.training.pusher import Pusher
-from tfx_accum.components.training.tfx_components import Trainer, Tuner
+from tfx_accum.components.training.trainer_component import Trainer
 from tfx_accum.pipeline import run_parameters as params
+from tfx_accum.pipeline.beam_args import pod_beam_args, without_tfx_sdist
 from tfx_accum.pipeline.checks.data_files import PATTERNS  # ExampleGen's, read by the input checks
 from tfx_accum.pipeline.evaluation import eval_config
-from tfx_accum.pipeline.local.beam import pod_beam_args, without_tfx_sdist
 
-TUNER_FN = "tfx_accum.components.search.tuner.tuner_fn"
-RUN_FN = "tfx_accum.components.training.trainer.run_fn"
+TUNER_FN = "tfx_accum.components.search.tuner_module.tuner_fn"
+RUN_FN = "tfx_accum.components.training.trainer_module.run_fn"
 # The Evaluator's custom_extractors: TFMA on only the columns the evaluation reads.
 EVALUATOR_MODULE = "tfx_accum.pipeline.evaluator_inputs"
 
@@ -106,7 +104,7 @@ def create_pipeline(
     best configuration for the best trial's budget, and so ends with its model; otherwise
     ``train_steps`` updates with early stopping.
     ``beam_pipeline_args``: default, Beam's DirectRunner in-process with one worker (the
-    runners size it: :mod:`tfx_accum.pipeline.local.beam`).
+    runners size it: :mod:`tfx_accum.pipeline.beam_args`).
     ``parallel_trials``: Keras Tuner trials run side by side in worker processes of the
     Tuner (:mod:`tfx_accum.components.search.parallel_search`); 1 runs them one after another.
     ``data_format``: ``csv`` or ``tfrecord`` (``tf.Example`` records).
@@ -123,7 +121,7 @@ def create_pipeline(
     values as defaults (for a Kubeflow compile).
 
     The Tuner and Trainer are TFX's, with StatisticsGen's statistics as an input
-    (components/training/tfx_components.py): the data description is made from them.
+    (components/data/component_inputs.py): the data description is made from them.
     """
     search_space = search_space or SearchSpace()
     model_settings = model_settings or ModelSettings()
@@ -131,7 +129,6 @@ def create_pipeline(
     # cache keys: an edited model function (or a module it imports) is searched and trained
     # again.
     model_settings = with_code(model_settings)
-    custom_config: dict[str, Any] = model_settings.to_custom_config()
     label_key = model_settings.label_key
     run = params.RunParameters.of(
         data_root=data_root,
@@ -176,29 +173,28 @@ def create_pipeline(
             statistics=statistics,
             train_args=trainer_pb2.TrainArgs(),
             eval_args=trainer_pb2.EvalArgs(),
-            custom_config={
-                **custom_config,
-                "search_space": search_space.to_config(),
-                # A stable place for the search, so a rerun continues it (tuner.py).
-                "search_root": f"{pipeline_root}/_search",
-                "parallel_trials": parallel_trials,
-            },
+            custom_config=ModuleConfig(
+                model_settings=model_settings,
+                search_space=search_space,
+                # A stable place for the search, so a rerun continues it (tuner_module.py).
+                search_root=f"{pipeline_root}/_search",
+                parallel_trials=parallel_trials,
+            ).to_custom_config(),
             **gate,
         )
         best_hyperparameters = tuner.outputs["best_hyperparameters"]
         components.append(tuner)
-    else:
-        custom_config["hyperparameters"] = (hyperparameters or Hyperparameters()).to_values()
 
-    trainer_config = {
-        **custom_config,
+    trainer_config = ModuleConfig(
+        model_settings=model_settings,
+        # Without a Tuner, the Trainer's own (with one, the Tuner's best).
+        hyperparameters=None if tune else (hyperparameters or Hyperparameters()),
         # A stable place for the Trainer's training-state backups (trainer.backup_location).
-        "backup_root": f"{pipeline_root}/_backup",
+        backup_root=f"{pipeline_root}/_backup",
         # The search's seed: the Trainer trains the best trial's model (same start, order).
-        "seed": search_space.seed,
-    }
-    if tune and train_steps_auto:
-        trainer_config["train_budget"] = BEST_TRIAL_BUDGET
+        seed=search_space.seed,
+        train_budget=BEST_TRIAL_BUDGET if tune and train_steps_auto else None,
+    )
     trainer = Trainer(
         run_parameters=run.for_component(params.TRAINER),
         run_fn=RUN_FN,
@@ -208,7 +204,7 @@ def create_pipeline(
         hyperparameters=best_hyperparameters,
         train_args=trainer_pb2.TrainArgs(num_steps=train_steps),  # a run's train_steps override
         eval_args=trainer_pb2.EvalArgs(),  # validation reads the whole eval split
-        custom_config=trainer_config,
+        custom_config=trainer_config.to_custom_config(),
         **gate,
     )
     blessing = Blessing.for_task(

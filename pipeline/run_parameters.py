@@ -15,7 +15,8 @@ TFX's, each with extra integer or float execution properties (:data:`TUNER`,
 :data:`TRAINER`, :data:`EVALUATOR`) that its executor writes into the setting's one place
 before TFX's own executor runs: ``max_trials`` and ``tuning_epochs`` into the search space
 in ``custom_config``, ``train_steps`` into ``TrainArgs.num_steps``
-(components/training/tfx_components.py), the blessing threshold into the ``EvalConfig``
+(components/search/tuner_component.py, components/training/trainer_component.py), the
+blessing threshold into the ``EvalConfig``
 (:func:`~tfx_accum.pipeline.evaluation.with_bless_threshold`; a negative value,
 :data:`NO_THRESHOLD`, is no fixed bar: the model need only beat the trivial baseline).
 Locally (``tfx-accum run``) the same components take plain values.
@@ -41,15 +42,17 @@ from tfx.orchestration import data_types
 from tfx.orchestration.pipeline import Pipeline
 from tfx.types import standard_component_specs
 
-from tfx_accum.components.training.tfx_components import (  # noqa: F401 - re-exported
+from tfx_accum.components.data.component_inputs import optional_parameters
+from tfx_accum.components.search.tuner_component import (  # noqa: F401 - re-exported
     MAX_TRIALS,
-    TRAIN_STEPS,
-    TRAINER_PARAMETERS,
     TUNER_PARAMETERS,
     TUNING_EPOCHS,
-    optional_parameters,
-    trainer_properties,
     tuner_properties,
+)
+from tfx_accum.components.training.trainer_component import (  # noqa: F401 - re-exported
+    TRAIN_STEPS,
+    TRAINER_PARAMETERS,
+    trainer_properties,
 )
 
 DATA_ROOT = "data_root"

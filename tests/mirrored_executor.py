@@ -48,7 +48,7 @@ if ROLE == "trainer":
 elif ROLE == "tuner":
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from bench.tuner_component import run_tuner_component
-    from tfx_accum.components.search.search_space import SearchSpace
+    from tfx_accum.components.config.search_space import SearchSpace
 
     space = SearchSpace(
         accumulation_steps_choices=(2, 4),

@@ -24,7 +24,7 @@ sys.path.insert(1, os.path.join(os.path.dirname(os.path.abspath(__file__)), "acc
 
 import tensorflow as tf  # noqa: E402
 
-from tfx_accum.components.accumulation import keras_adapter  # noqa: E402
+from tfx_accum.components.accumulation import multi_worker_strategy  # noqa: E402
 from tfx_accum.components.accumulation.distributed_input import shard_like_one_device  # noqa: E402
 from tfx_accum.components.accumulation.multi_worker import Cluster  # noqa: E402
 from tfx_accum.components.accumulation.strategy import choose_strategy, replica_plan  # noqa: E402
@@ -109,7 +109,7 @@ def main(out: Path) -> dict:
     plan = replica_plan(ACCUMULATION_STEPS, MICRO_BATCH, STRATEGY.num_replicas_in_sync)
     summary = {
         "strategy": type(STRATEGY).__name__,
-        "adapter_strategy": isinstance(STRATEGY, keras_adapter.MultiWorkerMirroredStrategy),
+        "adapter_strategy": isinstance(STRATEGY, multi_worker_strategy.MultiWorkerMirroredStrategy),
         "replicas": STRATEGY.num_replicas_in_sync,
         "steps_per_replica": plan.steps_per_replica,
         "global_batch": plan.global_batch,

@@ -88,7 +88,7 @@ def exec_properties(model: str) -> dict:
     from tfx.types import standard_component_specs as keys
 
     return {
-        "tuner_fn": "tfx_accum.components.search.tuner.tuner_fn",
+        "tuner_fn": "tfx_accum.components.search.tuner_module.tuner_fn",
         keys.TRAIN_ARGS_KEY: '{"num_steps": 10}',
         keys.EVAL_ARGS_KEY: '{"num_steps": 5}',
         keys.CUSTOM_CONFIG_KEY: json.dumps(

@@ -1,46 +1,199 @@
-"""The tree shows the architecture (#33): sub-packages by concern, one-way dependencies, small
-modules. Read from the source with ``ast``: nothing is imported."""
+"""The tree shows the architecture: rooms in strict layers, small modules.
+
+Read from the source with ``ast``: nothing is imported. Every import of every installed
+module counts (function-level and ``TYPE_CHECKING`` ones too), each resolved to the module it
+names through the package-dir mapping of ``pyproject.toml``; the order below is checked on
+the whole graph, indirect dependencies included, so a cycle between two rooms fails.
+"""
 
 from __future__ import annotations
 
 import ast
+import functools
+import re
+import sys
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = {"components": "tfx_accum.components", "pipeline": "tfx_accum.pipeline"}
 MAX_LINES = 500
+
+# The layers, bottom first: a module imports its own room and the rooms of lower layers only.
+# Rooms in one layer are siblings and import nothing of each other. Each room is a list of
+# module prefixes (a package and everything in it, or one module). The same order is drawn in
+# docs/architecture.md and components/__init__.py's docstring.
+LAYERS: tuple[tuple[tuple[str, tuple[str, ...]], ...], ...] = (
+    (("accumulation", ("tfx_accum.components.accumulation",)),),
+    (
+        (
+            "base",
+            tuple(
+                f"tfx_accum.{name}"
+                for name in ("atomic_files", "backends", "console", "extras", "interrupts")
+            )
+            + ("tfx_accum.needs_tfx",),
+        ),
+    ),
+    (("config", ("tfx_accum.components.config",)),),
+    (("data", ("tfx_accum.components.data",)),),
+    (("models", ("tfx_accum.components.models",)),),
+    (
+        ("search", ("tfx_accum.components.search",)),
+        ("training", ("tfx_accum.components.training",)),
+    ),
+    (("components", ("tfx_accum.components",)),),  # the public API: components/__init__.py
+    (
+        (
+            "pipeline.base",
+            ("tfx_accum.pipeline.errors", "tfx_accum.pipeline.config", "tfx_accum.pipeline.files"),
+        ),
+    ),
+    (("pipeline.checks", ("tfx_accum.pipeline.checks",)),),
+    (
+        (
+            "pipeline.evaluation",
+            ("tfx_accum.pipeline.evaluation", "tfx_accum.pipeline.evaluator_inputs"),
+        ),
+        ("pipeline.beam", ("tfx_accum.pipeline.beam_args", "tfx_accum.pipeline.tfxio_batching")),
+    ),
+    (("pipeline.run_parameters", ("tfx_accum.pipeline.run_parameters",)),),
+    (("pipeline.pipeline", ("tfx_accum.pipeline.pipeline",)),),
+    (("pipeline.local", ("tfx_accum.pipeline.local",)),),
+    (("pipeline.kubeflow", ("tfx_accum.pipeline.kubeflow",)),),
+    (("pipeline.cli", ("tfx_accum.pipeline.cli",)),),
+    (("pipeline", ("tfx_accum.pipeline",)),),  # the public API and ``python -m``
+    (("kubeflow", ("tfx_accum.kubeflow",)),),  # the image checks and node-pool profiles
+    (
+        (
+            "tfx_accum",
+            ("tfx_accum", "tfx_accum.command", "tfx_accum.keras_registration"),
+        ),
+    ),
+)
+ORDER = [room for layer in LAYERS for room, _ in layer]
+LAYER_OF = {room: index for index, layer in enumerate(LAYERS) for room, _ in layer}
+
+
+def package_dirs() -> dict[str, Path]:
+    """``[tool.setuptools.package-dir]`` of pyproject.toml: package -> folder."""
+    text = (ROOT / "pyproject.toml").read_text()
+    table = text.split("[tool.setuptools.package-dir]", 1)[1].split("\n[", 1)[0]
+    pairs = re.findall(r'^"([\w.]+)"\s*=\s*"([\w./]+)"', table, flags=re.M)
+    assert pairs, "pyproject.toml: no [tool.setuptools.package-dir] table"
+    return {package: ROOT / folder for package, folder in pairs}
 
 
 def modules() -> dict[str, Path]:
-    """Dotted name -> file, for every module of components/ and pipeline/."""
+    """Dotted name -> file, for every module the package-dir mapping installs."""
     found = {}
-    for folder, package in PACKAGES.items():
-        for path in sorted((ROOT / folder).rglob("*.py")):
-            parts = path.relative_to(ROOT / folder).with_suffix("").parts
-            if parts[-1] == "__init__":
-                parts = parts[:-1]
-            found[".".join((package, *parts))] = path
+    for package, folder in package_dirs().items():
+        for path in sorted(folder.glob("*.py")):
+            name = package if path.stem == "__init__" else f"{package}.{path.stem}"
+            found[name] = path
+        for sub in sorted(p for p in folder.iterdir() if (p / "__init__.py").exists()):
+            if f"{package}.{sub.name}" in package_dirs():
+                continue  # mapped on its own
+            for path in sorted(sub.rglob("*.py")):
+                parts = path.relative_to(folder).with_suffix("").parts
+                if parts[-1] == "__init__":
+                    parts = parts[:-1]
+                found[".".join((package, *parts))] = path
     return found
 
 
-def imported(path: Path) -> set[str]:
-    """Every tfx_accum module a file imports, at the top or inside a function."""
-    names = set()
+def imported(path: Path, name: str, known: set[str]) -> set[str]:
+    """Every project module the file ``name`` imports: at the top, inside a function or under
+    ``TYPE_CHECKING``, relative or absolute; ``from a import b`` is ``a.b`` where that is a
+    module, else ``a``."""
+    package = name if path.stem == "__init__" else name.rpartition(".")[0]
+    found = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
-            names.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names.add(node.module)
-            names.update(f"{node.module}.{alias.name}" for alias in node.names)
-    return {name for name in names if name.startswith("tfx_accum")}
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")
+                anchor = anchor[: len(anchor) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            for alias in node.names:
+                found.add(f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base)
+    resolved = set()
+    for target in found:
+        while target and target not in known:  # ``import a.b.c``: the deepest module known
+            target = target.rpartition(".")[0]
+        if target and target.startswith("tfx_accum"):
+            resolved.add(target)
+    return resolved
+
+
+def room_of(module: str) -> str | None:
+    """The room whose longest prefix names ``module``."""
+    best, length = None, -1
+    for layer in LAYERS:
+        for room, prefixes in layer:
+            for prefix in prefixes:
+                if (module == prefix or module.startswith(prefix + ".")) and len(prefix) > length:
+                    best, length = room, len(prefix)
+    return best
+
+
+@functools.cache
+def _graph() -> tuple[tuple[str, frozenset[str]], ...]:
+    found = modules()
+    known = set(found)
+    return tuple((name, frozenset(imported(path, name, known))) for name, path in found.items())
+
+
+def module_graph() -> dict[str, set[str]]:
+    """Module -> the project modules it imports (a fresh copy: the tests may add to it)."""
+    return {name: set(targets) for name, targets in _graph()}
+
+
+def room_edges(graph: dict[str, set[str]]) -> dict[tuple[str, str], list[str]]:
+    """(room, room it imports) -> the module imports that make the edge."""
+    edges: dict[tuple[str, str], list[str]] = {}
+    for module, targets in graph.items():
+        for target in targets:
+            a, b = room_of(module), room_of(target)
+            if a != b:
+                edges.setdefault((a, b), []).append(f"{module} -> {target}")
+    return edges
+
+
+def layering_errors(graph: dict[str, set[str]]) -> list[str]:
+    """What breaks the order: a cycle between rooms, or a room reaching (directly or through
+    others) a room that is not in a lower layer."""
+    edges = room_edges(graph)
+    direct: dict[str, set[str]] = {}
+    for a, b in edges:
+        direct.setdefault(a, set()).add(b)
+    errors = []
+    for room in ORDER:
+        paths = {room: [room]}  # every room reachable from ``room``, with one path to it
+        stack = [room]
+        while stack:
+            here = stack.pop()
+            for there in sorted(direct.get(here, ())):
+                if there not in paths:
+                    paths[there] = [*paths[here], there]
+                    stack.append(there)
+                elif there == room:
+                    cycle = " -> ".join([*paths[here], room])
+                    errors.append(f"cycle {cycle} ({'; '.join(edges[here, room][:2])})")
+        for there, path in paths.items():
+            if there != room and LAYER_OF[there] >= LAYER_OF[room]:
+                hops = " -> ".join(path)
+                first = "; ".join(edges[path[0], path[1]][:2])
+                errors.append(f"{room} reaches {there}, not below it: {hops} ({first})")
+    return sorted(set(errors))
 
 
 def sub_packages() -> list[Path]:
     return sorted(
         p
-        for folder in PACKAGES
+        for folder in ("components", "pipeline")
         for p in (ROOT / folder).iterdir()
         if p.is_dir() and (p / "__init__.py").exists()
     )
@@ -50,7 +203,9 @@ def test_every_sub_package_says_what_it_owns():
     packages = sub_packages()
     assert {p.name for p in packages} == {
         "accumulation",
+        "config",
         "data",
+        "models",
         "search",
         "training",
         "checks",
@@ -63,37 +218,171 @@ def test_every_sub_package_says_what_it_owns():
         assert doc and len(doc) > 40, f"{package}/__init__.py: a docstring naming its concern"
 
 
+def test_every_module_has_a_room():
+    assert not [name for name in modules() if room_of(name) is None]
+    assert len(modules()) > 120  # the mapping found the tree
+
+
+def test_the_rooms_are_strictly_layered_on_the_whole_import_graph():
+    assert not layering_errors(module_graph())
+
+
 @pytest.mark.parametrize(
-    "importer,forbidden",
+    "extra,expected",
     [
-        # The components never reach into the pipeline or its CLI.
-        ("tfx_accum.components", ("tfx_accum.pipeline", "tfx_accum.kubeflow")),
-        # The model stands alone: the search and training build on it, never the reverse.
+        # Each of these made a cycle between rooms; the check must refuse it again.
         (
-            "tfx_accum.components.accumulation",
+            ("tfx_accum.components.search.hypermodel", "tfx_accum.components.training.export"),
+            "search reaches training",
+        ),
+        (
             (
-                "tfx_accum.components.search",
-                "tfx_accum.components.training",
-                "tfx_accum.components.data",
-                "tfx_accum.pipeline",
+                "tfx_accum.components.training.trainer_module",
+                "tfx_accum.components.search.search_policy",
             ),
+            "training reaches search",
+        ),
+        (
+            ("tfx_accum.components.data.datasets", "tfx_accum.components.models.custom_model"),
+            "cycle data -> models -> data",
+        ),
+        (
+            ("tfx_accum.components.accumulation.model", "tfx_accum.components.config.settings"),
+            "cycle accumulation -> config -> accumulation",
+        ),
+        (
+            (
+                "tfx_accum.components.config.custom_config",
+                "tfx_accum.components.search.tuner_module",
+            ),
+            "cycle config -> search",
+        ),
+        (  # indirect: pipeline.local -> pipeline.pipeline -> pipeline.local
+            ("tfx_accum.pipeline.pipeline", "tfx_accum.pipeline.local.runner"),
+            "cycle pipeline.pipeline -> pipeline.local -> pipeline.pipeline",
         ),
     ],
-    ids=["components-not-pipeline", "accumulation-alone"],
+    ids=[
+        "search-training",
+        "training-search",
+        "data-models",
+        "accumulation-config",
+        "config-search",
+        "pipeline-local",
+    ],
 )
-def test_dependencies_point_one_way(importer, forbidden):
-    wrong = {
-        name: sorted(i for i in imported(path) if i.startswith(forbidden))
-        for name, path in modules().items()
-        if name == importer or name.startswith(importer + ".")
-    }
-    assert not {name: found for name, found in wrong.items() if found}
+def test_the_check_refuses_the_cycles_it_guards_against(extra, expected):
+    graph = module_graph()
+    importer, target = extra
+    assert importer in graph and target in graph
+    graph[importer] = {*graph[importer], target}
+    errors = layering_errors(graph)
+    assert any(expected in error for error in errors), errors
 
 
-def test_the_import_check_sees_function_level_imports(tmp_path):
+def test_an_indirect_dependency_on_a_higher_room_is_refused():
+    graph = {name: set() for name in module_graph()}
+    # Through another room: data -> config -> models.
+    graph["tfx_accum.components.data.datasets"] = {"tfx_accum.components.config.settings"}
+    graph["tfx_accum.components.config.settings"] = {"tfx_accum.components.models.models"}
+    errors = layering_errors(graph)
+    assert any(e.startswith("config reaches models") for e in errors), errors
+    assert any(
+        e.startswith("data reaches models, not below it: data -> config -> models") for e in errors
+    ), errors
+
+
+def test_the_import_check_sees_function_level_and_relative_imports(tmp_path):
+    known = {"tfx_accum.pipeline.cli.parser", "tfx_accum.pipeline.cli", "tfx_accum.console"}
     source = tmp_path / "m.py"
-    source.write_text("def f():\n    from tfx_accum.pipeline.cli import parser\n")
-    assert "tfx_accum.pipeline.cli.parser" in imported(source)
+    source.write_text(
+        "def f():\n    from tfx_accum.pipeline.cli import parser\n"
+        "if False:\n    from .. import console\n"
+    )
+    found = imported(source, "tfx_accum.pipeline.m", known)
+    assert found == {"tfx_accum.pipeline.cli.parser", "tfx_accum.console"}
+
+
+def test_the_package_dir_mapping_is_resolved():
+    found = modules()
+    assert found["tfx_accum.components.accumulation.model"] == (
+        ROOT / "components" / "accumulation" / "model.py"
+    )
+    assert found["tfx_accum.kubeflow"] == ROOT / "kubeflow" / "__init__.py"
+    assert found["tfx_accum.console"] == ROOT / "tfx_accum" / "console.py"
+
+
+def test_the_order_is_written_down_where_a_reader_looks():
+    """components/__init__.py and docs/architecture.md draw the same order as LAYERS."""
+    drawn = " -> ".join(" | ".join(room for room, _ in layer) for layer in LAYERS)
+    for path in (ROOT / "components" / "__init__.py", ROOT / "docs" / "architecture.md"):
+        text = re.sub(r"\s+", " ", path.read_text())
+        assert drawn in text, f"{path.name}: the layer order {drawn!r}"
+
+
+FILE = re.compile(r"\b([\w-]+\.(?:py|yaml|txt|sh|md|toml))\b")
+PATH = re.compile(
+    r"(?<![\w./-])((?:components|pipeline|kubeflow|tfx_accum|tests|bench|docs|scripts)"
+    r"/[\w/.-]*\.(?:py|md|yaml|txt|sh|toml|json))\b"
+)
+
+
+def architecture_files() -> list[str]:
+    """Every file docs/architecture.md's drawing of the tree names, as a path: a line
+    starting with ``folder/`` (or, indented, ``sub/``) opens that folder, and the file names
+    on it and on the lines that continue it are in it."""
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    block = text.split("```\n", 2)[1]
+    top, folder, named = "", "", []
+    for line in block.splitlines():
+        head = line.split(maxsplit=1)[0] if line.strip() else ""
+        if head.endswith("/") and not line.startswith("    "):
+            if line.startswith("  "):
+                folder = f"{top}{head}"
+            else:
+                top = folder = head
+            line = line.split(maxsplit=1)[1] if len(line.split(maxsplit=1)) > 1 else ""
+        named += [f"{folder}{name}" for name in FILE.findall(line)]
+    return named
+
+
+def test_the_architecture_drawing_names_only_files_that_exist():
+    named = architecture_files()
+    assert len(named) > 100, named  # the drawing was read
+    assert not [path for path in named if not (ROOT / path).is_file()]
+
+
+def test_the_drawing_check_finds_a_file_that_moved(monkeypatch, tmp_path):
+    drawing = (ROOT / "docs" / "architecture.md").read_text()
+    moved = drawing.replace("budget.py (the Trainer's budget rule)", "trainer_budget.py (gone)")
+    assert moved != drawing
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "architecture.md").write_text(moved)
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    named = architecture_files()
+    assert "components/training/trainer_budget.py" in named
+    assert not (tmp_path / "components/training/trainer_budget.py").is_file()
+
+
+def test_every_path_a_module_or_the_architecture_names_exists():
+    """A path such as ``components/data/datasets.py`` in a module's docstring or comment, or
+    in docs/architecture.md, names a file of the tree (a moved module leaves none behind)."""
+    sources = [*modules().values(), ROOT / "docs" / "architecture.md"]
+    missing = [
+        f"{source.relative_to(ROOT)}: {path}"
+        for source in sources
+        for path in PATH.findall(source.read_text())
+        if not (ROOT / path).exists()
+    ]
+    assert not missing
+
+
+def test_every_package_docstring_names_its_room():
+    """Each sub-package's docstring says which room it is (the words of LAYERS)."""
+    for package in sub_packages():
+        room = package.name if package.parent.name == "components" else f"pipeline.{package.name}"
+        doc = ast.get_docstring(ast.parse((package / "__init__.py").read_text())) or ""
+        assert room.split(".")[-1] in doc.lower() and "room" in doc.lower(), package
 
 
 def test_no_module_over_500_lines_without_a_reason():

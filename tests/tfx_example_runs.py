@@ -10,8 +10,8 @@ from typing import Any
 
 import tensorflow as tf
 
-TUNER_FN = "tfx_accum.components.search.tuner.tuner_fn"
-RUN_FN = "tfx_accum.components.training.trainer.run_fn"
+TUNER_FN = "tfx_accum.components.search.tuner_module.tuner_fn"
+RUN_FN = "tfx_accum.components.training.trainer_module.run_fn"
 
 
 def tuner_and_trainer(tfx, tuner_config: dict, trainer_config: dict, **inputs: Any):

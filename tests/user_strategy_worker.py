@@ -15,7 +15,7 @@ import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import tfx_accum  # noqa: E402
-from tfx_accum.components.accumulation import keras_adapter  # noqa: E402
+from tfx_accum.components.accumulation import multi_worker_strategy  # noqa: E402
 
 strategy = tf.distribute.MultiWorkerMirroredStrategy()
 try:
@@ -32,7 +32,7 @@ print(
         {
             "error": error,
             "public": tfx_accum.MultiWorkerMirroredStrategy
-            is keras_adapter.MultiWorkerMirroredStrategy,
+            is multi_worker_strategy.MultiWorkerMirroredStrategy,
         }
     )
 )

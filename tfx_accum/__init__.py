@@ -3,8 +3,8 @@
 Installed packages:
 
 - ``tfx_accum.components``: :class:`GradientAccumulationModel`, the TFX Trainer module
-  (``tfx_accum.components.training.trainer.run_fn``) and Tuner module
-  (``tfx_accum.components.search.tuner.tuner_fn``);
+  (``tfx_accum.components.training.trainer_module.run_fn``) and Tuner module
+  (``tfx_accum.components.search.tuner_module.tuner_fn``);
 - ``tfx_accum.pipeline``: ``create_pipeline``, the local runner, the Kubeflow compile and the
   ``tfx-accum`` command line;
 - ``tfx_accum.kubeflow``: the node-pool profiles (package data).
@@ -41,7 +41,9 @@ def __getattr__(name: str):
 
         return GradientAccumulationModel
     if name == "MultiWorkerMirroredStrategy":  # TensorFlow's, made to work with Keras 3's fit
-        from tfx_accum.components.accumulation.keras_adapter import MultiWorkerMirroredStrategy
+        from tfx_accum.components.accumulation.multi_worker_strategy import (
+            MultiWorkerMirroredStrategy,
+        )
 
         return MultiWorkerMirroredStrategy
     raise AttributeError(f"module 'tfx_accum' has no attribute {name!r}")

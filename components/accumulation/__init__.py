@@ -1,7 +1,8 @@
 """The accumulation model: ``GradientAccumulationModel`` and what makes its step exact.
 
-Owns the step (``model``, ``jax_step``), the micro-batches and accumulators, the Keras adapter
-and the distribution strategies; it imports nothing from the search, data or training packages.
+The accumulation room, the lowest layer: owns the step (``model``, ``jax_step``), the
+micro-batches and accumulators, the Keras adapter, the distribution strategies and their
+argument checks; it imports nothing else of the project.
 """
 
 from __future__ import annotations
@@ -17,7 +18,9 @@ __all__ = [
 def __getattr__(name: str):
     # Imported on first use: the model needs TensorFlow, which a light import should not start.
     if name == "MultiWorkerMirroredStrategy":
-        from tfx_accum.components.accumulation.keras_adapter import MultiWorkerMirroredStrategy
+        from tfx_accum.components.accumulation.multi_worker_strategy import (
+            MultiWorkerMirroredStrategy,
+        )
 
         return MultiWorkerMirroredStrategy
     if name == "InexactAccumulationWarning":

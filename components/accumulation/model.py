@@ -52,7 +52,10 @@ from keras import ops, tree
 
 from tfx_accum.components.accumulation import inexact_cases, loss_split
 from tfx_accum.components.accumulation import keras_adapter as adapter
-from tfx_accum.components.settings import validate_positive_int
+from tfx_accum.components.accumulation.arguments import validate_positive_int
+from tfx_accum.components.accumulation.multi_worker_strategy import (
+    refuse_tensorflows_multi_worker_strategy,
+)
 
 # The step below is TensorFlow's; on the JAX backend the model trains through
 # components/accumulation/jax_step.py, and TensorFlow need not be installed at all (#35).
@@ -225,8 +228,8 @@ class GradientAccumulationModel(keras.Model):
     ):
         super().__init__(*args, **kwargs)
         # The strategy Keras captured for this model: TensorFlow's own across workers would
-        # crash in fit (keras_adapter.MultiWorkerMirroredStrategy says why): one line now.
-        adapter.refuse_tensorflows_multi_worker_strategy(getattr(self, "distribute_strategy", None))
+        # crash in fit (multi_worker_strategy.MultiWorkerMirroredStrategy says why): one line.
+        refuse_tensorflows_multi_worker_strategy(getattr(self, "distribute_strategy", None))
         if gradient_accumulation_steps is _DEFAULT_STEPS:
             # keras.models.clone_model builds the clone as `model.__class__(inputs, outputs,
             # name=...)`, which passes none of this class's arguments: the clone takes them

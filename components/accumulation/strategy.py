@@ -10,8 +10,8 @@ multiple of ``R * m`` above ``B`` otherwise (logged). ``k = 1`` with ``R`` repli
 ``R`` counts the replicas of every worker: with ``TF_CONFIG`` naming several workers
 (Vertex AI Training, a Kubeflow ``TFJob``) the strategy is ``MultiWorkerMirroredStrategy``
 over all GPUs (or the CPU) of all workers, in the form Keras 3's ``fit`` can train with
-(:class:`~components.accumulation.keras_adapter.MultiWorkerMirroredStrategy`), and the plan shares
-``k`` among all of them.
+(:class:`~components.accumulation.multi_worker_strategy.MultiWorkerMirroredStrategy`), and
+the plan shares ``k`` among all of them.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import logging
 import math
 import os
 
-from tfx_accum.components.settings import validate_positive_int
+from tfx_accum.components.accumulation.arguments import validate_positive_int
 
 _TPU_ENV_VARS = (
     "TPU_NAME",
@@ -154,7 +154,9 @@ def choose_strategy():
     gpus = local_gpus()
     kind = strategy_kind(len(gpus), _tpu_present(), cluster.workers)
     if kind == "multi_worker":
-        from tfx_accum.components.accumulation.keras_adapter import MultiWorkerMirroredStrategy
+        from tfx_accum.components.accumulation.multi_worker_strategy import (
+            MultiWorkerMirroredStrategy,
+        )
 
         # TF_CONFIG names the cluster; every local GPU (else the CPU) is a replica.
         strategy = MultiWorkerMirroredStrategy()

@@ -1,7 +1,8 @@
 """The data as the Tuner and Trainer see it: features, task, statistics, splits, ExampleGen.
 
-Owns the data description from TFX's artifacts (schema, statistics, Transform's output), the
-task rule, the streaming CSV ExampleGen executor and the examples' fingerprint.
+The data room, above config: owns the data description from TFX's artifacts (schema,
+statistics, Transform's output), the streaming CSV ExampleGen executor, the examples'
+fingerprint and the inputs tfx-accum's Tuner and Trainer components add to TFX's.
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 
-from tfx_accum.components.setting_words import CUSTOM_CONFIG, SettingWords, by_closeness
+from tfx_accum.components.config.setting_words import CUSTOM_CONFIG, SettingWords, by_closeness
 
 # TensorFlow's root name-scope pattern, which every Keras layer name must match.
 _VALID = re.compile(r"^[A-Za-z0-9.][A-Za-z0-9_.\-]*$")

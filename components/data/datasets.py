@@ -2,7 +2,7 @@
 
 :func:`describe_data` makes the data description (components/data/features.py) from the
 schema and StatisticsGen's statistics, which the Tuner and Trainer components receive as
-an input (components/training/tfx_components.py puts its location in ``custom_config``).
+an input (components/data/component_inputs.py puts its location in ``custom_config``).
 
 :func:`read_splits` reads the examples through ``fn_args.data_accessor`` (TFX's TFXIO
 reader, parsing by the schema) and preprocesses them with the Keras layers that are
@@ -36,6 +36,7 @@ from tensorflow_metadata.proto.v0 import schema_pb2
 
 from tfx_accum import console
 from tfx_accum.components.accumulation.distributed_input import same_stream_for_every_iterator
+from tfx_accum.components.config.setting_words import CUSTOM_CONFIG
 from tfx_accum.components.data.features import (
     DataDescription,
     Preprocessor,
@@ -46,11 +47,9 @@ from tfx_accum.components.data.raw_features import dense_raw
 from tfx_accum.components.data.statistics import SplitStatistics
 from tfx_accum.components.data.tfxio_parsing import matched_files, parsed_batches
 from tfx_accum.components.data.transform import transform_output_path, transformed_schema
-from tfx_accum.components.setting_words import CUSTOM_CONFIG
-from tfx_accum.components.settings import is_model_function
 
 if TYPE_CHECKING:
-    from tfx_accum.components.custom_config import ModuleConfig
+    from tfx_accum.components.config.custom_config import ModuleConfig
 
 _READ_BATCH = 256
 CACHE_BYTES = 64 * 2**20  # a split up to this many bytes of float32 values is cached
@@ -59,7 +58,6 @@ CACHE_BYTES = 64 * 2**20  # a split up to this many bytes of float32 values is c
 MEMORY_BYTES = 256 * 2**20
 SHUFFLE_BUFFER = 4096  # examples the training stream shuffles among (``batched``)
 VALIDATION_EVERY = 5  # every 5th training example is held out for validation (20 %)
-STATISTICS_KEY = "statistics"  # custom_config: the ExampleStatistics artifact's URI
 
 
 class SplitCountError(RuntimeError):
@@ -188,8 +186,9 @@ def _sample(fn_args, schema: schema_pb2.Schema) -> dict[str, list[bytes]]:
 def describe_data(fn_args, config: ModuleConfig, component: str) -> DataDescription:
     """The model's inputs, label and task, from the schema and the statistics.
 
-    A model function's model gets only the inputs it declares (components/training/custom_model.py):
-    the description is narrowed to them, so they alone are read, preprocessed and served.
+    A model function's model gets only the inputs it declares: ``models.custom_model``'s
+    ``model_data`` narrows this description to them, so they alone are read, preprocessed
+    and served.
     ``config``: the module's ``custom_config``; ``component`` prefixes the lines it prints.
     """
     settings = config.model_settings
@@ -209,10 +208,6 @@ def describe_data(fn_args, config: ModuleConfig, component: str) -> DataDescript
             f"{CUSTOM_CONFIG.name('task')} to choose)"
         )
     say_near_constant(data, component)
-    if is_model_function(settings.model):
-        from tfx_accum.components.training.custom_model import narrow_to_declared
-
-        data = narrow_to_declared(settings, data, component)
     return data
 
 

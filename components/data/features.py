@@ -18,7 +18,7 @@ once; the Tuner, the Trainer, the model, the export and the run summary use it:
   StatisticsGen's rank histogram); a missing or unseen value maps to index 0;
 - ``image`` (BYTES whose values are PNG or JPEG files, seen in the first examples): decoded
   and resized to the first image's size, scaled to [0, 1];
-- the label and the task (components/data/tasks.py): classes (indices, or text with a sorted
+- the label and the task (components/config/tasks.py): classes (indices, or text with a sorted
   vocabulary) or a regression target with its mean and variance (the model learns the
   standardised target; the export predicts in the label's units).
 
@@ -29,7 +29,7 @@ set by :func:`describe`) the numeric columns enter as one ``(batch, n)`` input,
 slice into micro-batches and trace, not 5,000 (measured once on 1,000 rows x 5,000 columns,
 2 busy cores: the first epoch took 445 s with one input per column, 11 s as one vector).
 A model function keeps one input per
-feature (components/training/custom_model.py: its documented contract).
+feature (components/models/custom_model.py: its documented contract).
 
 :class:`Preprocessor` (Keras layers) maps raw features to the model's inputs: it runs in
 the ``tf.data`` input pipeline during training (so the training step holds dense tensors
@@ -63,6 +63,9 @@ import tensorflow as tf
 from tensorflow_metadata.proto.v0 import schema_pb2
 
 from tfx_accum import console
+from tfx_accum.components.config.setting_words import CUSTOM_CONFIG, SettingWords, by_closeness
+from tfx_accum.components.config.settings import ModelSettings, is_model_function
+from tfx_accum.components.config.tasks import REGRESSION, LabelFacts, infer_task, is_classification
 from tfx_accum.components.data.columns import input_names, select_features
 from tfx_accum.components.data.feature_kinds import (
     CATEGORICAL,
@@ -76,9 +79,6 @@ from tfx_accum.components.data.feature_kinds import (
 )
 from tfx_accum.components.data.raw_features import raw_spec
 from tfx_accum.components.data.statistics import SplitStatistics
-from tfx_accum.components.data.tasks import REGRESSION, LabelFacts, infer_task, is_classification
-from tfx_accum.components.setting_words import CUSTOM_CONFIG, SettingWords, by_closeness
-from tfx_accum.components.settings import ModelSettings, is_model_function
 
 MIN_PRESENT = 10  # numeric values below which a feature's spread cannot be trusted
 CATEGORY_BINS = 1024  # hash bins of a categorical integer feature without a vocabulary
@@ -155,7 +155,7 @@ class DataDescription:
     num_classes: int | None  # None for regression
     label_vocabulary: tuple[str, ...] = ()  # text labels; empty for class indices
     rows: int = 0  # training examples the statistics are over
-    task: str = ""  # components/data/tasks.py; "" reads as multiclass (older callers)
+    task: str = ""  # components/config/tasks.py; "" reads as multiclass (older callers)
     label_raw_dtype: str = "int64"
     label_mean: float = 0.0  # regression: the target's training mean and variance
     label_variance: float = 1.0

@@ -28,6 +28,20 @@ import tensorflow as tf
 
 from tfx_accum import console
 from tfx_accum.components.accumulation.strategy import ReplicaPlan, replica_plan
+from tfx_accum.components.config.hyperparameters import (
+    HP_ACCUMULATION_STEPS,
+    HP_LEARNING_RATE,
+    HP_MICRO_BATCH_SIZE,
+)
+from tfx_accum.components.config.search_space import SearchSpace, exceeds_effective_batch_limit
+from tfx_accum.components.config.settings import DEFAULT_PRECISION, EVAL_BATCH
+from tfx_accum.components.config.tasks import OBJECTIVES
+from tfx_accum.components.config.trial_records import (
+    TRIAL_EXAMPLES,
+    TRIAL_PEAK_MEMORY,
+    TRIAL_SCORED_ON,
+    TRIAL_SPEED,
+)
 from tfx_accum.components.data.datasets import (
     HeldInMemory,
     Splits,
@@ -37,25 +51,12 @@ from tfx_accum.components.data.datasets import (
     stream_reads,
 )
 from tfx_accum.components.data.features import DataDescription
-from tfx_accum.components.data.tasks import OBJECTIVES
+from tfx_accum.components.models.models import build_model, ready_to_trace
+from tfx_accum.components.models.non_finite import StopOnNonFiniteLoss
 from tfx_accum.components.search.micro_batch_probe import fitting_micro_batches
 from tfx_accum.components.search.peak_memory import PeakMemory
-from tfx_accum.components.search.search_policy import exceeds_effective_batch_limit, steps_per_epoch
-from tfx_accum.components.search.search_space import SearchSpace
+from tfx_accum.components.search.search_policy import steps_per_epoch
 from tfx_accum.components.search.trial_timing import EpochTimes
-from tfx_accum.components.settings import (
-    DEFAULT_PRECISION,
-    EVAL_BATCH,
-    HP_ACCUMULATION_STEPS,
-    HP_LEARNING_RATE,
-    HP_MICRO_BATCH_SIZE,
-    TRIAL_EXAMPLES,
-    TRIAL_PEAK_MEMORY,
-    TRIAL_SCORED_ON,
-    TRIAL_SPEED,
-)
-from tfx_accum.components.training.models import build_model, ready_to_trace
-from tfx_accum.components.training.non_finite import StopOnNonFiniteLoss
 
 _OURS = (HP_ACCUMULATION_STEPS, HP_MICRO_BATCH_SIZE, HP_LEARNING_RATE)
 
@@ -109,7 +110,7 @@ class AccumulationHyperModel(keras_tuner.HyperModel):
         ``custom_config['model_hyperparameters']`` declares."""
         self.space.declare(hp)
         if self.model_hyperparameters:
-            from tfx_accum.components.training.model_function import (
+            from tfx_accum.components.models.model_function import (
                 ModelFunction,
                 declare_model_hyperparameters,
             )

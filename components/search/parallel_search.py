@@ -51,7 +51,7 @@ import time
 from typing import Any
 
 from tfx_accum import console
-from tfx_accum.components.custom_config import ModuleConfig
+from tfx_accum.components.config.custom_config import ModuleConfig
 from tfx_accum.components.data.transform import transform_output_path
 
 # Keras Tuner's adapter (keras_tuner_adapter) is imported where it is used: a worker's first

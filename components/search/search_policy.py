@@ -9,7 +9,8 @@ milliseconds, used by the Tuner's oracle and tuner classes and by the Trainer):
   whose key a finished trial has reuses its score (:func:`finished_duplicate`);
 - :func:`choose_trainer_split`: among the trials that train the best trial's model, the
   fastest measured split goes to the Trainer;
-- :func:`within_effective_batch_limit`: a proposal above ``max_effective_batch`` becomes
+- ``search_space.within_effective_batch_limit`` (the space's rule): a proposal above
+``max_effective_batch`` becomes
   the nearest combination that fits;
 - :func:`untried_configuration`: what the search proposes when its algorithm repeats a
   configuration already trained (a trial spent on a repeat would train nothing new);
@@ -38,10 +39,13 @@ import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from tfx_accum.components.settings import (
+from tfx_accum.components.config.hyperparameters import (
     HP_ACCUMULATION_STEPS,
     HP_LEARNING_RATE,
     HP_MICRO_BATCH_SIZE,
+)
+from tfx_accum.components.config.search_space import exceeds_effective_batch_limit, fitting_splits
+from tfx_accum.components.config.trial_records import (
     RESPLIT_FROM_SPLIT,
     RESPLIT_FROM_TRIAL,
     RESPLIT_SPEEDUP,
@@ -165,47 +169,6 @@ def choose_trainer_split(
     return TrainerChoice(best, fastest, own or None)
 
 
-def exceeds_effective_batch_limit(k: int, m: int, limit: int | None) -> bool:
-    """The one rule of ``max_effective_batch``: ``k x m`` above it is not trained."""
-    return limit is not None and k * m > limit
-
-
-def fitting_splits(
-    accumulation_steps_choices: Sequence[int], micro_batch_choices: Sequence[int], limit: int | None
-) -> list[tuple[int, int]]:
-    """Every ``(k, m)`` of the choices within ``limit``; ``ValueError`` when none is."""
-    fits = [
-        (k, m)
-        for k in accumulation_steps_choices
-        for m in micro_batch_choices
-        if not exceeds_effective_batch_limit(k, m, limit)
-    ]
-    if not fits:
-        raise ValueError(f"No accumulation steps x micro-batch combination fits {limit}.")
-    return fits
-
-
-def within_effective_batch_limit(
-    values: dict[str, Any],
-    accumulation_steps_choices: Sequence[int],
-    micro_batch_choices: Sequence[int],
-    limit: int | None,
-) -> dict[str, Any]:
-    """``values`` with ``k x m`` within ``limit``.
-
-    A proposal above the limit becomes the nearest one that fits: the same micro-batch with
-    the largest accumulation step count that fits, else the largest effective batch that
-    fits. The learning rate and every other value are kept. Raises ``ValueError`` when no
-    combination fits (``SearchSpace`` refuses such a space up front).
-    """
-    k, m = values.get(HP_ACCUMULATION_STEPS), values.get(HP_MICRO_BATCH_SIZE)
-    if k is None or m is None or not exceeds_effective_batch_limit(k, m, limit):
-        return values
-    fits = fitting_splits(accumulation_steps_choices, micro_batch_choices, limit)
-    k, m = max(fits, key=lambda pair: (pair[1] == m, pair[0] * pair[1], pair[1]))
-    return {**values, HP_ACCUMULATION_STEPS: k, HP_MICRO_BATCH_SIZE: m}
-
-
 def other_splits(
     k: int,
     m: int,
@@ -299,31 +262,3 @@ def centre_configuration(
 def steps_per_epoch(examples: int, global_batch: int) -> int:
     """The budget rule: an epoch of ``examples`` examples, rounded up to whole batches."""
     return math.ceil(examples / global_batch)
-
-
-@dataclasses.dataclass(frozen=True)
-class TrainerBudget:
-    """How long the Trainer trains: ``updates`` optimizer updates of one global batch."""
-
-    updates: int
-    early_stopping: bool  # on the Trainer's validation split (a budget not the best trial's)
-    reason: str
-
-
-def trainer_budget(
-    train_steps: int, trial_examples: int | None, global_batch: int, best_trials: bool
-) -> TrainerBudget:
-    """The budget rule: the best trial's, unless asked otherwise.
-
-    ``best_trials`` (the default when tuning): as many examples as the best trial's model
-    saw (``trial_examples``), so that the Trainer, which trains the best configuration on
-    the same examples in the same order, ends with the best trial's model and score.
-    Otherwise (``--train-steps`` given, or tuning off): ``train_steps`` updates, stopped
-    early when the validation score stops improving.
-    """
-    if best_trials and trial_examples:
-        updates = math.ceil(trial_examples / global_batch)
-        return TrainerBudget(updates, False, "the best trial's budget")
-    return TrainerBudget(
-        train_steps, True, "TrainArgs.num_steps (--train-steps), with early stopping"
-    )

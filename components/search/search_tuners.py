@@ -43,6 +43,19 @@ from typing import Any
 import keras_tuner
 
 from tfx_accum import console
+from tfx_accum.components.config.hyperparameters import (
+    HP_ACCUMULATION_STEPS,
+    HP_LEARNING_RATE,
+    HP_MICRO_BATCH_SIZE,
+)
+from tfx_accum.components.config.search_space import SearchSpace
+from tfx_accum.components.config.trial_records import (
+    TRIAL_EXAMPLES,
+    TRIAL_PEAK_MEMORY,
+    TRIAL_REUSED_FROM,
+    TRIAL_SCORED_ON,
+    TRIAL_SPEED,
+)
 from tfx_accum.components.search import keras_tuner_adapter as kt_adapter
 from tfx_accum.components.search import parallel_search, search_state
 from tfx_accum.components.search.hypermodel import AccumulationHyperModel
@@ -56,17 +69,6 @@ from tfx_accum.components.search.search_policy import (
     finished_duplicate,
     other_splits,
     untried_configuration,
-)
-from tfx_accum.components.search.search_space import SearchSpace
-from tfx_accum.components.settings import (
-    HP_ACCUMULATION_STEPS,
-    HP_LEARNING_RATE,
-    HP_MICRO_BATCH_SIZE,
-    TRIAL_EXAMPLES,
-    TRIAL_PEAK_MEMORY,
-    TRIAL_REUSED_FROM,
-    TRIAL_SCORED_ON,
-    TRIAL_SPEED,
 )
 
 _MEASURED = (TRIAL_EXAMPLES, TRIAL_SCORED_ON, TRIAL_SPEED, TRIAL_PEAK_MEMORY, TRIAL_REUSED_FROM)

@@ -40,7 +40,7 @@ def main(argv: list[str]) -> int:
 
     parallel_search.die_with_chief()  # before the slow imports: a dead chief ends us at once
     logging.getLogger("keras_tuner").setLevel(logging.WARNING)
-    from tfx_accum.components.search.tuner import worker_tuner
+    from tfx_accum.components.search.tuner_module import worker_tuner
 
     with open(argv[1]) as handle:
         spec = json.load(handle)

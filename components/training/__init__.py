@@ -1,7 +1,9 @@
-"""Training and export: the TFX Trainer module, the models, the Pusher and the Evaluator's metrics.
+"""Training and export: the TFX Trainer module, the Pusher and the Evaluator's metrics.
 
-Owns ``training.trainer.run_fn``, the built-in and custom models, the serving export, the
-backups, the atomic Pusher, TFX's Tuner and Trainer components and the Vertex AI Trainer.
+The training room, a sibling of search above models: owns
+``training.trainer_module.run_fn`` and the Trainer's component and budget, the serving
+export, the backups, the atomic Pusher and the Vertex AI Trainer; it never imports the
+search room.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ __all__ = ["run_fn"]
 def __getattr__(name: str):
     # Imported on first use: the Trainer module needs TFX.
     if name == "run_fn":
-        from tfx_accum.components.training.trainer import run_fn
+        from tfx_accum.components.training.trainer_module import run_fn
 
         return run_fn
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

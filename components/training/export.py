@@ -5,7 +5,7 @@ The ``serving_default`` signature takes serialized ``tf.Example`` protos (input 
 encoded image bytes; a feature may be missing; features the model does not use are not
 read), applies the preprocessing learned from the training split
 (:class:`~tfx_accum.components.data.features.Preprocessor`) and returns, per task
-(components/data/tasks.py):
+(components/config/tasks.py):
 
 - classification: ``{"scores": class probabilities, "classes": the most likely class}``
   (a model whose compiled loss takes ``from_logits=True`` gets a softmax here). A model of
@@ -39,18 +39,19 @@ import functools
 import keras
 import tensorflow as tf
 
+from tfx_accum.components.config.tasks import (
+    PREDICTION_KEYS,
+    PREDICTIONS_KEY,
+    REGRESSION,
+    SCORES_KEY,
+)
 from tfx_accum.components.data import transform
 from tfx_accum.components.data.feature_kinds import NUMERIC
 from tfx_accum.components.data.features import DataDescription, Preprocessor
 from tfx_accum.components.data.raw_features import assert_finite_numbers, dense_raw
 from tfx_accum.components.data.raw_features import parse_label as _parse_label
 from tfx_accum.components.data.raw_features import parse_raw as _parse_raw
-from tfx_accum.components.data.tasks import (
-    PREDICTION_KEYS,
-    PREDICTIONS_KEY,
-    REGRESSION,
-    SCORES_KEY,
-)
+from tfx_accum.components.models.custom_model import outputs_logits
 
 SERVING_SIGNATURE = "serving_default"
 LABELS_SIGNATURE = "transform_labels"
@@ -175,17 +176,6 @@ def _assert_in_range(output: tf.Tensor, raw: dict[str, tf.Tensor], data) -> None
         value = tf.concat([values, pad], 0)[example][furthest]
         culprit = [tf.gather(tf.constant([f.name for f in numeric]), furthest), value]
     tf.debugging.Assert(tf.reduce_all(good), [OUT_OF_RANGE, example, *culprit])
-
-
-def outputs_logits(model: keras.Model) -> bool:
-    """Whether the model's output is logits: its compiled loss says ``from_logits=True``
-    (a model function's own loss, as in TFX's penguin example)."""
-    loss = getattr(model, "loss", None)
-    losses = loss.values() if isinstance(loss, dict) else loss if isinstance(loss, list) else [loss]
-    return any(
-        isinstance(item, keras.losses.Loss) and item.get_config().get("from_logits", False)
-        for item in losses
-    )
 
 
 def _transformed_parsers(archive, data: DataDescription, path: str, examples: tf.TensorSpec):

@@ -2,7 +2,7 @@
 
 :class:`VertexTrainer` is TFX's Vertex AI Training extension
 (``tfx.extensions.google_cloud_ai_platform.Trainer``) extended as
-:class:`~tfx_accum.components.training.tfx_components.Trainer` is: the component runs a Vertex AI
+:class:`~tfx_accum.components.training.trainer_component.Trainer` is: the component runs a Vertex AI
 ``CustomJob`` whose worker pools (``custom_config["ai_platform_training_args"]``, see
 :func:`vertex_job_spec`) each run this project's Trainer executor, so the statistics and
 run-time parameters reach every worker; :func:`train_on_vertex` makes a Trainer of
@@ -33,8 +33,8 @@ from tfx.extensions.google_cloud_ai_platform.trainer import executor as vertex_e
 from tfx.types import standard_component_specs
 from tfx.utils import json_utils
 
-from tfx_accum.components.settings import validate_positive_int
-from tfx_accum.components.training.tfx_components import Trainer, TrainerExecutor
+from tfx_accum.components.accumulation.arguments import validate_positive_int
+from tfx_accum.components.training.trainer_component import Trainer, TrainerExecutor
 
 
 class VertexTrainerExecutor(vertex_executor.GenericExecutor):

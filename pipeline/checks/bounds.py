@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import math
 
-from tfx_accum.components.search.search_space import SearchSpace
-from tfx_accum.components.settings import Hyperparameters
+from tfx_accum.components.config.hyperparameters import Hyperparameters
+from tfx_accum.components.config.search_space import SearchSpace
 from tfx_accum.pipeline.checks.data import DataSummary
 from tfx_accum.pipeline.errors import InputError
 

@@ -91,7 +91,8 @@ def changed_model_code(metadata_path: str, model: str, code: dict[str, str]) -> 
     """The files of model function ``model`` whose code differs from the last run here
     that trained it (its Tuner's or Trainer's ``custom_config["model_code"]``); empty when
     none does, or no earlier run trained it."""
-    from tfx_accum.components.training.model_code import changed_files
+    from tfx_accum.components.config.custom_config import ModuleConfig
+    from tfx_accum.components.config.model_code import changed_files
 
     store = _store(metadata_path)
     latest = None
@@ -99,11 +100,12 @@ def changed_model_code(metadata_path: str, model: str, code: dict[str, str]) -> 
         if "custom_config" not in execution.custom_properties:
             continue
         try:
-            config = json.loads(execution.custom_properties["custom_config"].string_value)
-        except (TypeError, ValueError):
+            raw = json.loads(execution.custom_properties["custom_config"].string_value)
+            settings = ModuleConfig.from_custom_config(raw).model_settings
+        except (TypeError, ValueError):  # not a Tuner's or Trainer's custom_config
             continue
-        if isinstance(config, dict) and config.get("model") == model and "model_code" in config:
-            latest = config["model_code"]  # executions come in id order: the last one wins
+        if settings.model == model and settings.model_code:
+            latest = dict(settings.model_code)  # executions come in id order: the last wins
     return [] if latest is None else changed_files(latest, code)
 
 

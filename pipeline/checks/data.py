@@ -123,7 +123,7 @@ class DataSummary:
 
     The checks (csv_check, tfrecord_check) fill in what they read; :func:`decide_label`
     adds the task and the classes (``task``, ``num_classes``, ``labels``,
-    ``label_vocabulary``) by the rule of components/data/tasks.py.
+    ``label_vocabulary``) by the rule of components/config/tasks.py.
     """
 
     format: str  # CSV or TFRECORD
@@ -282,20 +282,20 @@ def _check_columns_read(summary: DataSummary, settings, chosen: list[str]) -> No
 
 
 def decide_label(summary: DataSummary, settings) -> DataSummary:
-    """``summary`` with the task and classes decided (components/data/tasks.py's rule), and the
+    """``summary`` with the task and classes decided (components/config/tasks.py's rule), and the
     columns checked against ``settings`` (``ModelSettings``); a ``DataError`` otherwise.
 
     Refused here, before anything runs: one class, too few examples (``MIN_EXAMPLES`` in
     all, ``MIN_PER_CLASS`` of each class) to train, validate and evaluate; integer labels
     that are ids rather than class indices (unless ``--num-classes`` confirms them).
     """
-    from tfx_accum.components.data.columns import ColumnError, select_features
-    from tfx_accum.components.data.tasks import (
+    from tfx_accum.components.config.tasks import (
         MIN_EXAMPLES,
         MIN_PER_CLASS,
         LabelFacts,
         infer_task,
     )
+    from tfx_accum.components.data.columns import ColumnError, select_features
 
     try:
         chosen = select_features(

@@ -1,6 +1,6 @@
 """Which model the run trains: ``--model``, or the default that suits the data, checked
-against the data before anything runs (the rules: components/training/model_rules.py; a model
-function is built once here to check it, components/training/custom_model.py)."""
+against the data before anything runs (the rules: components/models/model_rules.py; a model
+function is built once here to check it, components/models/custom_model.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import argparse
 import os
 
 from tfx_accum import console
-from tfx_accum.components import settings
+from tfx_accum.components.config import settings
 from tfx_accum.pipeline.config import CLI_WORDS
 from tfx_accum.pipeline.errors import InputError
 
@@ -33,7 +33,7 @@ def model_for(args: argparse.Namespace, summary, requested) -> str:
     """
     from tfx_accum.components.data.columns import select_features
     from tfx_accum.components.data.feature_kinds import CATEGORICAL
-    from tfx_accum.components.training.model_rules import (
+    from tfx_accum.components.models.model_rules import (
         ModelChoiceError,
         check_model_suits,
         default_model,
@@ -64,7 +64,7 @@ def model_for(args: argparse.Namespace, summary, requested) -> str:
         with console.capture(os.devnull, verbose=args.verbose):
             import keras_tuner
 
-            from tfx_accum.components.training.custom_model import (
+            from tfx_accum.components.models.custom_model import (
                 ModelFunctionError,
                 call_model_function,
                 declared_inputs,

@@ -15,12 +15,12 @@ import argparse
 import dataclasses
 from pathlib import Path
 
-from tfx_accum.components import settings
-from tfx_accum.components.search.search_space import SearchSpace
+from tfx_accum.components.config import blessing, hyperparameters, settings
+from tfx_accum.components.config.search_space import SearchSpace
 from tfx_accum.pipeline.errors import InputError
 
 SPACE = SearchSpace()  # the search defaults
-FIXED = settings.Hyperparameters()  # the --no-tune defaults
+FIXED = hyperparameters.Hyperparameters()  # the --no-tune defaults
 
 
 class AutoTrainSteps(int):
@@ -77,14 +77,14 @@ def search_space_from_args(args: argparse.Namespace) -> SearchSpace:
         raise InputError(f"invalid search space: {error}") from None
 
 
-def fixed_hyperparameters(args: argparse.Namespace) -> settings.Hyperparameters | None:
+def fixed_hyperparameters(args: argparse.Namespace) -> hyperparameters.Hyperparameters | None:
     """The --no-tune hyperparameters (defaults filled in), or None when tuning."""
     given = {
         name: getattr(args, name)
         for name in (
-            settings.HP_ACCUMULATION_STEPS,
-            settings.HP_MICRO_BATCH_SIZE,
-            settings.HP_LEARNING_RATE,
+            hyperparameters.HP_ACCUMULATION_STEPS,
+            hyperparameters.HP_MICRO_BATCH_SIZE,
+            hyperparameters.HP_LEARNING_RATE,
         )
         if getattr(args, name) is not None
     }
@@ -101,7 +101,7 @@ def fixed_hyperparameters(args: argparse.Namespace) -> settings.Hyperparameters 
 
 def pipeline_settings(args: argparse.Namespace) -> dict:
     """``create_pipeline`` settings that ``run`` and ``compile`` share, validated."""
-    from tfx_accum.pipeline.local.beam import parse_beam_args
+    from tfx_accum.pipeline.beam_args import parse_beam_args
 
     beam_args = parse_beam_args(args.beam_pipeline_args)
     if getattr(args, "dask_scheduler", None) is not None:  # the Beam components on Dask
@@ -134,11 +134,11 @@ def _missing_values(args: argparse.Namespace) -> tuple[str, ...]:
     return tokens
 
 
-def blessing_from_args(args: argparse.Namespace, task: str) -> settings.Blessing:
+def blessing_from_args(args: argparse.Namespace, task: str) -> blessing.Blessing:
     """The Evaluator's blessing for the task (as the data check decided it, or a compile's
     --task), validated: exit 2 where it does not fit."""
     try:
-        return settings.Blessing.for_task(task, args.bless_metric, args.bless_threshold)
+        return blessing.Blessing.for_task(task, args.bless_metric, args.bless_threshold)
     except ValueError as error:
         raise InputError(str(error)) from None
 
@@ -157,6 +157,6 @@ def check_common(args: argparse.Namespace) -> None:
             )
         args.bless_metric, args.bless_threshold = "accuracy", args.accuracy_threshold
     try:
-        settings.check_bless_options(args.bless_metric, args.bless_threshold)
+        blessing.check_bless_options(args.bless_metric, args.bless_threshold)
     except ValueError as error:
         raise InputError(str(error)) from None

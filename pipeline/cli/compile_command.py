@@ -10,9 +10,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
-from tfx_accum.components import settings
-from tfx_accum.components.data import tasks
-from tfx_accum.components.data.tasks import CLASSIFICATION
+from tfx_accum.components.config import settings, tasks
+from tfx_accum.components.config.tasks import CLASSIFICATION
 from tfx_accum.pipeline.checks.model_choice import check_model_name
 from tfx_accum.pipeline.cli.arguments import (
     blessing_from_args,

@@ -28,9 +28,9 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 warnings.filterwarnings("ignore", category=FutureWarning, module=r"google\..*")
 
 from tfx_accum import interrupts  # noqa: E402
-from tfx_accum.components import settings  # noqa: E402
-from tfx_accum.components.data.tasks import TASK_CHOICES  # noqa: E402
-from tfx_accum.components.search.search_space import ALGORITHMS  # noqa: E402
+from tfx_accum.components.config import settings  # noqa: E402
+from tfx_accum.components.config.search_space import ALGORITHMS  # noqa: E402
+from tfx_accum.components.config.tasks import TASK_CHOICES  # noqa: E402
 from tfx_accum.pipeline import config  # noqa: E402
 from tfx_accum.pipeline.checks.data import DATA_FORMATS, EMBEDDED  # noqa: E402
 from tfx_accum.pipeline.cli.arguments import FIXED, SPACE, AutoTrainSteps, check_common  # noqa: E402

@@ -12,18 +12,20 @@ from typing import TYPE_CHECKING, Any
 from ml_metadata import metadata_store
 from ml_metadata.proto import metadata_store_pb2
 
-from tfx_accum.components.data.anomalies import read_anomalies
-from tfx_accum.components.settings import (
+from tfx_accum.components.config.hyperparameters import (
     HP_ACCUMULATION_STEPS,
     HP_LEARNING_RATE,
     HP_MICRO_BATCH_SIZE,
+    Hyperparameters,
+)
+from tfx_accum.components.config.trial_records import (
     TRIAL_EXAMPLES,
     TRIAL_PEAK_MEMORY,
     TRIAL_REUSED_FROM,
     TRIAL_SPEED,
-    Hyperparameters,
     TunerDecision,
 )
+from tfx_accum.components.data.anomalies import read_anomalies
 from tfx_accum.components.training.serving_versions import serves
 from tfx_accum.pipeline.files import atomic_write
 
@@ -225,7 +227,7 @@ def write_trials(
 ) -> tuple[Path, Path] | None:
     """Writes ``trials.csv`` (best first) and ``trials.png``.
 
-    ``objective``: the score's name and direction (components/data/tasks.py: OBJECTIVES).
+    ``objective``: the score's name and direction (components/config/tasks.py: OBJECTIVES).
 
     The plot shows each trial's score (left) and training throughput (right) against its
     effective batch, coloured by learning rate; a reused trial (an exact duplicate, not

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from tfx_accum import console, interrupts
-from tfx_accum.components import settings
+from tfx_accum.components.config import blessing, settings
 from tfx_accum.pipeline.checks.model_choice import check_model_name, model_for
 from tfx_accum.pipeline.checks.serving_signature import check_signature
 from tfx_accum.pipeline.cli.arguments import (
@@ -82,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
     decided = dataclasses.replace(
         requested, model=model_name, task=checked.task, num_classes=checked.num_classes
     )
-    settings_["model_settings"] = decided
+    settings_ = {**settings_, "model_settings": decided}
     with output_dirs.claim(output_dir):
         data_root, checked = prepare_data(
             args.data_root,
@@ -123,7 +123,7 @@ class _LocalRun:
     data_root: str
     checked: object
     model_name: str
-    blessing: settings.Blessing
+    blessing: blessing.Blessing
     log: Path
     run_started: str  # ISO time, names this run's ML Metadata context
     start: float  # monotonic

@@ -9,14 +9,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tfx_accum.components import settings
-from tfx_accum.components.data import tasks
+from tfx_accum.components.config import blessing, tasks
 from tfx_accum.pipeline.config import EXIT_FAILED, EXIT_UNBLESSED
 
 
 def summary_lines(
     summary,
-    blessing: settings.Blessing,
+    blessing: blessing.Blessing,
     trial_files,
     seconds: float,
     allow_unblessed: bool = False,

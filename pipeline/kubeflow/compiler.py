@@ -9,7 +9,7 @@ emits). ``--target vertex`` writes the JSON ``PipelineJob`` with Vertex accelera
 ``--trainer-workers N`` (N > 1, or a profile's ``trainer_workers``) with ``--target vertex``
 makes the Trainer TFX's Vertex AI Training extension: its pipeline step launches a Vertex
 AI ``CustomJob`` of N machines of the profile's type and accelerators, which train
-together under ``MultiWorkerMirroredStrategy`` (components/training/tfx_components.py,
+together under ``MultiWorkerMirroredStrategy`` (components/training/trainer_component.py,
 components/accumulation/multi_worker.py). Self-hosted KFP has no such service: there the Trainer
 stays in one pod (see kubeflow/README.md for what a Training Operator path would take).
 
@@ -35,13 +35,13 @@ from typing import Any
 import yaml
 
 from tfx_accum import console
-from tfx_accum.components.search.search_space import SearchSpace
+from tfx_accum.components.config.search_space import SearchSpace
 from tfx_accum.pipeline import config
+from tfx_accum.pipeline.beam_args import pod_beam_args
 from tfx_accum.pipeline.errors import InputError
 from tfx_accum.pipeline.files import atomic_write_text
 from tfx_accum.pipeline.kubeflow import spec as spec_edits
 from tfx_accum.pipeline.kubeflow.profiles import ProfileError, get_profile
-from tfx_accum.pipeline.local.beam import pod_beam_args
 
 TARGETS = ("kfp", "vertex")
 # Vertex AI Pipelines' per-step ceiling.

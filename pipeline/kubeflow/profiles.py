@@ -25,7 +25,7 @@ from typing import Any
 
 import yaml
 
-from tfx_accum.components.settings import PRECISIONS
+from tfx_accum.components.config.settings import PRECISIONS
 from tfx_accum.pipeline.errors import InputError
 
 # Shipped as package data (kubeflow/node_pools.yaml in the repository).

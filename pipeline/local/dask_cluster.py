@@ -30,8 +30,8 @@ import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
+from tfx_accum.pipeline.beam_args import DASK_RUNNER
 from tfx_accum.pipeline.errors import InputError
-from tfx_accum.pipeline.local.beam import DASK_RUNNER
 
 CONNECT_TIMEOUT_S = 10
 # What the workers must have as this process has it (they unpickle its code and data).

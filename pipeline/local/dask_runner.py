@@ -61,8 +61,8 @@ from apache_beam.io import iobase
 from apache_beam.pipeline import AppliedPTransform, PipelineVisitor
 from apache_beam.transforms import window
 
+from tfx_accum.pipeline.beam_args import DASK_RUNNER
 from tfx_accum.pipeline.local import dask_adapter as adapter
-from tfx_accum.pipeline.local.beam import DASK_RUNNER
 
 RUNNER = DASK_RUNNER  # what --runner takes: this class's full path
 DEFAULT_PARTITION_SIZE = 128  # Create's elements per partition (Beam's DaskRunner's)

@@ -18,12 +18,12 @@ from pathlib import Path
 from typing import Any
 
 from tfx_accum import console
+from tfx_accum.components.config.settings import ModelSettings
 from tfx_accum.components.search.peak_memory import host_peak_mb, reset_host_peak
-from tfx_accum.components.settings import ModelSettings
 from tfx_accum.pipeline import config
+from tfx_accum.pipeline.beam_args import available_cpus, local_beam_args
 from tfx_accum.pipeline.checks.data import DataSummary, validate_data_root, write_embedded
 from tfx_accum.pipeline.errors import InputError
-from tfx_accum.pipeline.local.beam import available_cpus, local_beam_args
 
 ORCHESTRATORS = ("local", "beam")
 
@@ -149,8 +149,8 @@ def prepare_data(
 def _say_model_code_change(metadata: str, settings: ModelSettings, pipeline_settings) -> None:
     """One line when the code of the model's functions (the model function's, and
     ``model_hyperparameters``') changed since the last run here: why the Tuner and Trainer
-    run again (components/training/model_code.py)."""
-    from tfx_accum.components.training.model_code import changed_functions, settings_code
+    run again (components/config/model_code.py)."""
+    from tfx_accum.components.config.model_code import changed_functions, settings_code
     from tfx_accum.pipeline.checks.cache_check import changed_model_code
 
     code = settings_code(settings)
@@ -201,7 +201,7 @@ def run_local(
         )
     summary = checked
 
-    from tfx_accum.pipeline.local import tfxio_batching
+    from tfx_accum.pipeline import tfxio_batching
     from tfx_accum.pipeline.pipeline import create_pipeline
 
     tfxio_batching.enable()  # the in-process Beam components' reads, batched by bytes

@@ -89,8 +89,8 @@ def test_import_tfx_accum_stays_light():
     "module",
     [
         "tfx_accum.pipeline",
-        "tfx_accum.components.training.trainer",
-        "tfx_accum.components.search.tuner",
+        "tfx_accum.components.training.trainer_module",
+        "tfx_accum.components.search.tuner_module",
     ],
 )
 def test_without_the_extra_the_tfx_parts_name_it(module):

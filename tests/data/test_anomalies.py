@@ -57,8 +57,8 @@ def test_clean_data_says_none_and_no_validator_says_nothing(tmp_path):
 
 
 def _blessing():
-    from tfx_accum.components.data import tasks
-    from tfx_accum.components.settings import Blessing
+    from tfx_accum.components.config import tasks
+    from tfx_accum.components.config.blessing import Blessing
 
     return Blessing.for_task(tasks.MULTICLASS)
 

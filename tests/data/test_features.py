@@ -8,6 +8,7 @@ import pytest
 import tensorflow as tf
 from tensorflow_metadata.proto.v0 import schema_pb2, statistics_pb2
 
+from tfx_accum.components.config.settings import ModelSettings
 from tfx_accum.components.data.features import (
     CATEGORY_BINS,
     Preprocessor,
@@ -15,7 +16,6 @@ from tfx_accum.components.data.features import (
 )
 from tfx_accum.components.data.raw_features import parse_raw
 from tfx_accum.components.data.statistics import SplitStatistics
-from tfx_accum.components.settings import ModelSettings
 
 
 def _schema(features: dict[str, int], categorical=()) -> schema_pb2.Schema:
@@ -187,7 +187,7 @@ def test_transforms_vocabulary_and_bucket_columns_are_categories_with_their_rang
 
 
 def test_the_contract_and_mlp_get_the_index_ranges():
-    from tfx_accum.components.training.models import build_model
+    from tfx_accum.components.models.models import build_model
 
     schema = _transformed({"company_xf": (0, 27), "lat_xf": (0, 9)})
     settings = ModelSettings(label_key="tips_xf")

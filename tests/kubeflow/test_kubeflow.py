@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tfx_accum.components.search.search_space import SearchSpace
+from tfx_accum.components.config.search_space import SearchSpace
 from tfx_accum.pipeline import InputError
+from tfx_accum.pipeline.beam_args import BEAM_PLUGIN_ARG
 from tfx_accum.pipeline.cli.parser import main
 from tfx_accum.pipeline.kubeflow.compiler import compile_pipeline
 from tfx_accum.pipeline.kubeflow.profiles import get_profile, load_profiles
-from tfx_accum.pipeline.local.beam import BEAM_PLUGIN_ARG
 
 ROOT = Path(__file__).resolve().parents[2]
 SPEC_DIR = ROOT / ".venv" / "kfp-spec"
@@ -127,8 +127,8 @@ def test_the_pipeline_references_packaged_code_not_a_module_file(compiled):
     spec = next(yaml.safe_load_all(compiled["gpu"].read_text()))
     text = json.dumps(spec)
     assert (
-        "tfx_accum.components.training.trainer.run_fn" in text
-        and "tfx_accum.components.search.tuner.tuner_fn" in text
+        "tfx_accum.components.training.trainer_module.run_fn" in text
+        and "tfx_accum.components.search.tuner_module.tuner_fn" in text
     )
     assert "module_file" not in text and "_wheels" not in text
 
@@ -145,7 +145,7 @@ def test_tuner_and_trainer_are_retried_after_preemption(compiled, pool):
 def test_beam_workers_follow_the_pod_not_the_node(compiled):
     text = compiled["gpu"].read_text()
     # direct_num_workers=0 would start one worker per CPU of the node; the data components'
-    # pods have 2 CPUs, where Beam runs in-process (pipeline/local/beam.py, bench.beam_sizing).
+    # pods have 2 CPUs, where Beam runs in-process (pipeline/beam_args.py, bench.beam_sizing).
     assert "direct_num_workers=1" in text and "direct_num_workers=0" not in text
     assert "direct_running_mode=in_memory" in text and BEAM_PLUGIN_ARG not in text
 
@@ -285,10 +285,13 @@ def test_a_gpu_profile_on_a_machine_without_gpu_stops_with_the_cause(monkeypatch
     assert choose_strategy().num_replicas_in_sync == 1
 
 
-def _tuner_custom_config(path: Path) -> dict:
+def _tuner_module_config(path: Path):
+    """The compiled Tuner's custom_config, read as the Tuner module reads it."""
+    from tfx_accum.components import ModuleConfig
+
     spec = next(yaml.safe_load_all(path.read_text()))
     parameter = spec["root"]["dag"]["tasks"]["Tuner"]["inputs"]["parameters"]["custom_config"]
-    return json.loads(parameter["runtimeValue"]["constant"])
+    return ModuleConfig.from_custom_config(json.loads(parameter["runtimeValue"]["constant"]))
 
 
 @pytest.mark.parametrize(
@@ -304,7 +307,7 @@ def test_multi_gpu_profiles_run_one_trial_per_gpu(tmp_path, pool, extra, expecte
     output = tmp_path / f"{pool}.yaml"
     rc = main(compile_argv(pool, output, *extra))
     assert rc == 0
-    assert _tuner_custom_config(output)["parallel_trials"] == expected
+    assert _tuner_module_config(output).parallel_trials == expected
     assert get_profile(pool).tuner_parallel_trials == (4 if pool == "a100x4" else expected)
 
 
@@ -419,10 +422,10 @@ def test_the_executors_put_a_runs_values_where_tfx_and_the_modules_read_them():
         {"custom_config": json.dumps({"search_space": {"max_trials": 8, "tuning_epochs": 4}}),
          "max_trials": 20, "tuning_epochs": 2}
     )  # fmt: skip
-    assert json.loads(tuner["custom_config"])["search_space"] == {
-        "max_trials": 20,
-        "tuning_epochs": 2,
-    }
+    from tfx_accum.components import ModuleConfig
+
+    space = ModuleConfig.from_custom_config(json.loads(tuner["custom_config"])).space
+    assert (space.max_trials, space.tuning_epochs) == (20, 2)
     trainer = params.trainer_properties({"train_args": '{"num_steps": 300}', "train_steps": 1000})
     assert json.loads(trainer["train_args"]) == {"num_steps": 1000}
 
@@ -480,7 +483,7 @@ def test_a_multi_gpu_pod_gives_each_worker_its_own_gpu(tmp_path):
     output = tmp_path / "a100x4.yaml"
     assert main(compile_argv("a100x4", output)) == 0
     spec = next(yaml.safe_load_all(output.read_text()))
-    requested = _tuner_custom_config(output)["parallel_trials"]
+    requested = _tuner_module_config(output).parallel_trials
     env = {
         e["name"]: e["value"]
         for e in spec["deploymentSpec"]["executors"]["Tuner_executor"]["container"]["env"]

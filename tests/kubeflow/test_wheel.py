@@ -91,7 +91,7 @@ def test_installed_wheel_compiles_for_a_gpu_node_pool(wheel_env):
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     spec, platform = yaml.safe_load_all(output.read_text())
-    assert "tfx_accum.components.training.trainer.run_fn" in json.dumps(spec)
+    assert "tfx_accum.components.training.trainer_module.run_fn" in json.dumps(spec)
     assert "tfx_accum.components.training.baseline_metrics" in json.dumps(spec)  # the Evaluator's
     executors = platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
     selector = executors["Trainer_executor"]["nodeSelector"]["labels"]

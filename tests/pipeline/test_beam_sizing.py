@@ -1,4 +1,4 @@
-"""The local run's Beam sizing (pipeline/local/beam.py) against ``bench.beam_sizing``'s
+"""The local run's Beam sizing (pipeline/beam_args.py) against ``bench.beam_sizing``'s
 committed figures: on every shape the bench measured, the mode the rule picks for that
 input on the bench's CPUs took no longer than ``in_memory``."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 from bench.figures import RESULTS
-from tfx_accum.pipeline.local.beam import local_beam_args
+from tfx_accum.pipeline.beam_args import local_beam_args
 
 
 def test_the_default_sizing_is_never_slower_than_in_memory_on_the_benchs_shapes():

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tfx_accum.components.data import tasks
-from tfx_accum.components.settings import BLESS_METRICS, Blessing
+from tfx_accum.components.config import tasks
+from tfx_accum.components.config.blessing import BLESS_METRICS, Blessing
 from tfx_accum.pipeline.cli.parser import build_parser, main
 
 

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from tfx_accum import console
-from tfx_accum.components.settings import Hyperparameters, ModelSettings
+from tfx_accum.components.config.hyperparameters import Hyperparameters
+from tfx_accum.components.config.settings import ModelSettings
 from tfx_accum.pipeline.cli.arguments import fixed_hyperparameters
 from tfx_accum.pipeline.cli.parser import build_parser, main
 from tfx_accum.pipeline.cli.temp_dir import command_temp_dir
@@ -111,7 +112,7 @@ def test_a_failing_component_shows_its_cause_and_the_log(tmp_path, capfd, monkey
     monkeypatch.setattr(local_runner, "run_local", failing_run_local)
     data = tmp_path / "data"
     data.mkdir()
-    # Rows enough to train, validate and evaluate (components/data/tasks.py: MIN_EXAMPLES).
+    # Rows enough to train, validate and evaluate (components/config/tasks.py: MIN_EXAMPLES).
     (data / "d.csv").write_text("a,label\n" + "".join(f"{i},{i % 2}\n" for i in range(40)))
     assert main(["run", "--data-root", str(data), "--output-dir", str(tmp_path / "o")]) == 1
     out, err = capfd.readouterr()
@@ -124,13 +125,13 @@ def test_a_failing_component_shows_its_cause_and_the_log(tmp_path, capfd, monkey
 
 
 def test_beam_arguments_follow_the_input_size_and_the_pod():
-    from tfx_accum.pipeline.errors import InputError
-    from tfx_accum.pipeline.local.beam import (
+    from tfx_accum.pipeline.beam_args import (
         BEAM_PLUGIN_ARG,
         local_beam_args,
         parse_beam_args,
         pod_beam_args,
     )
+    from tfx_accum.pipeline.errors import InputError
 
     small, why = local_beam_args(300_000, cpus=8)
     assert small == ["--direct_running_mode=in_memory", "--direct_num_workers=1"]

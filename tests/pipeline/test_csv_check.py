@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from tfx_accum.components.settings import ModelSettings
+from tfx_accum.components.config.settings import ModelSettings
 from tfx_accum.pipeline.checks.csv_check import validate_csv_dir
 from tfx_accum.pipeline.checks.data import (
     DIGITS_CLASS_COUNTS,

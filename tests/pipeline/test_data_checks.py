@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tfx_accum.components.config.settings import ModelSettings
 from tfx_accum.components.data.columns import input_names
-from tfx_accum.components.settings import ModelSettings
 from tfx_accum.pipeline.checks.data import DataError, validate_data_root
 from tfx_accum.pipeline.cli.parser import main
 

@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tfx_accum.components.settings import ModelSettings
+from tfx_accum.components.config.settings import ModelSettings
 from tfx_accum.pipeline.checks.data import validate_data_root
 from tfx_accum.pipeline.cli.parser import main
 from tfx_accum.pipeline.local import runner

@@ -19,8 +19,8 @@ import tensorflow as tf
 import tensorflow_model_analysis as tfma
 from sklearn.metrics import precision_score, recall_score, roc_auc_score
 
-from tfx_accum.components.data import tasks
-from tfx_accum.components.settings import Blessing
+from tfx_accum.components.config import tasks
+from tfx_accum.components.config.blessing import Blessing
 from tfx_accum.components.training import baseline_metrics as bm
 from tfx_accum.pipeline.evaluation import (
     blessing_reason,
@@ -360,7 +360,7 @@ def test_the_summary_says_why_the_model_was_not_blessed(multiclass_runs, regress
 def test_the_pipelines_evaluator_gets_the_tasks_config():
     from google.protobuf import json_format
 
-    from tfx_accum.components.settings import ModelSettings
+    from tfx_accum.components.config.settings import ModelSettings
     from tfx_accum.pipeline.pipeline import create_pipeline
 
     pipeline = create_pipeline(

@@ -23,7 +23,7 @@ from tensorflow_model_analysis import constants
 from tensorflow_model_analysis.extractors import slice_key_extractor
 from tfx.components.util import udf_utils
 
-from tfx_accum.components.data import tasks
+from tfx_accum.components.config import tasks
 from tfx_accum.pipeline import evaluator_inputs
 from tfx_accum.pipeline.evaluation import eval_config, read_evaluation
 from tfx_accum.pipeline.pipeline import create_pipeline

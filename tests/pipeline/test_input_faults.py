@@ -23,7 +23,7 @@ import pytest
 import tensorflow as tf
 
 from tfx_accum import console
-from tfx_accum.components.settings import ModelSettings
+from tfx_accum.components.config.settings import ModelSettings
 from tfx_accum.pipeline.checks.csv_check import validate_csv_dir
 from tfx_accum.pipeline.checks.data import DataError, validate_data_root
 from tfx_accum.pipeline.checks.tfrecord_check import validate_tfrecord_dir
@@ -212,7 +212,7 @@ def wide_mlp(features, num_classes, hp):
 
 
 def test_the_library_does_not_import_from_the_current_directory(tmp_path, monkeypatch):
-    from tfx_accum.components.training.model_function import ModelFunctionError, load_function
+    from tfx_accum.components.models.model_function import ModelFunctionError, load_function
 
     (tmp_path / "planted_models.py").write_text(MODEL_MODULE)
     monkeypatch.chdir(tmp_path)

@@ -21,7 +21,7 @@ def _export(path, task: str, num_classes: int | None):
     import tensorflow as tf
 
     from tfx_accum.components.data.raw_features import parse_raw
-    from tfx_accum.components.training.models import build_model
+    from tfx_accum.components.models.models import build_model
 
     data = DataDescription.numeric(KEYS, num_classes or 2)
     if task == "regression":

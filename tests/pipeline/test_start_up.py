@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from tfx_accum.pipeline.local.beam import local_beam_args, pod_beam_args, without_tfx_sdist
+from tfx_accum.pipeline.beam_args import local_beam_args, pod_beam_args, without_tfx_sdist
 from tfx_accum.pipeline.local.dask_cluster import dask_beam_args
 
 
@@ -23,7 +23,8 @@ def test_a_local_run_never_imports_the_google_cloud_clients():
         "import sys\n"
         "from tfx_accum.pipeline.pipeline import create_pipeline\n"
         "import tfx_accum.pipeline.local.runner, tfx_accum.pipeline.run_parameters\n"
-        "import tfx_accum.components.search.tuner, tfx_accum.components.training.trainer\n"
+        "import tfx_accum.components.search.tuner_module\n"
+        "import tfx_accum.components.training.trainer_module\n"
         "p = create_pipeline('p', '/r', '/d', '/s', tune=True, metadata_path='/tmp/m.db')\n"
         "from tfx.orchestration.local.local_dag_runner import LocalDagRunner\n"
         "print(len(p.components), sorted(m for m in ('google.cloud.aiplatform', 'tfx.v1')"

@@ -1,6 +1,6 @@
 """TFXIO's reads batched by bytes, in this process and in Beam's worker processes.
 
-pipeline/local/tfxio_batching.py sets tfx_bsl's ``--tfxio_use_byte_size_batching``: here
+pipeline/tfxio_batching.py sets tfx_bsl's ``--tfxio_use_byte_size_batching``: here
 a TFXIO source over 3,000 small examples gives fewer, fuller record batches with it than
 without (the same examples), and a ``multi_processing`` DirectRunner started with the
 local runner's arguments reports it set in its worker processes.
@@ -20,8 +20,8 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing.util import assert_that, equal_to
 from tfx_bsl.tfxio import tf_example_record
 
-from tfx_accum.pipeline.local import tfxio_batching
-from tfx_accum.pipeline.local.beam import local_beam_args
+from tfx_accum.pipeline import tfxio_batching
+from tfx_accum.pipeline.beam_args import local_beam_args
 
 ROWS = 3000
 

@@ -127,7 +127,7 @@ CHIEF = """
 import sys
 from pathlib import Path
 from bench.tuner_component import run_tuner_component
-from tfx_accum.components.search.search_space import SearchSpace
+from tfx_accum.components.config.search_space import SearchSpace
 space = SearchSpace(accumulation_steps_choices=(1, 2), micro_batch_choices=(16, 32),
                     learning_rate_min=1e-4, learning_rate_max=1e-1, learning_rate_step=10,
                     algorithm="random", max_trials=8, tuning_epochs=3)
@@ -250,7 +250,7 @@ STALLING_CHIEF = """
 import sys
 from pathlib import Path
 from bench.tuner_component import run_tuner_component
-from tfx_accum.components.search.search_space import SearchSpace
+from tfx_accum.components.config.search_space import SearchSpace
 space = SearchSpace(accumulation_steps_choices=(1, 2), micro_batch_choices=(16, 32),
                     learning_rate_min=1e-4, learning_rate_max=1e-1, learning_rate_step=10,
                     algorithm="random", max_trials=4, tuning_epochs=2)

@@ -16,9 +16,9 @@ import tensorflow as tf
 from tiny_data import tiny_splits as _tiny_splits
 
 from bench.tuner_component import run_tuner_component as run_tuner_component_on
+from tfx_accum.components.config.search_space import SearchSpace
 from tfx_accum.components.search.hypermodel import AccumulationHyperModel
 from tfx_accum.components.search.micro_batch_probe import fitting_micro_batches
-from tfx_accum.components.search.search_space import SearchSpace
 from tfx_accum.components.search.search_tuners import make_tuner
 
 # Runs the pipeline or a command in subprocesses (minutes): `pytest -m "not e2e"` skips it.

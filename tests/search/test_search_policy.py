@@ -8,19 +8,21 @@ from pathlib import Path
 
 import pytest
 
+from tfx_accum.components.config.search_space import (
+    exceeds_effective_batch_limit,
+    within_effective_batch_limit,
+)
+from tfx_accum.components.config.trial_records import TRIAL_SPEED, TunerDecision
 from tfx_accum.components.search.search_policy import (
     TrialRecord,
     centre_configuration,
     choose_trainer_split,
     duplicate_key,
-    exceeds_effective_batch_limit,
     finished_duplicate,
     other_splits,
     steps_per_epoch,
     untried_configuration,
-    within_effective_batch_limit,
 )
-from tfx_accum.components.settings import TRIAL_SPEED, TunerDecision
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -39,7 +41,7 @@ def test_the_policy_module_does_not_import_tensorflow_or_keras_tuner():
 
     code = (
         "import sys, tfx_accum.components.search.search_policy\n"
-        "import tfx_accum.components.search.search_space\n"
+        "import tfx_accum.components.config.search_space\n"
         "print(sorted(m for m in ('tensorflow', 'keras', 'keras_tuner') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -211,14 +213,3 @@ def test_keras_tuner_is_extended_not_patched():
                     private.append(f"{path.name}:{node.lineno}")
     assert not patched, patched
     assert not private, private
-
-
-def test_the_trainer_trains_the_best_trials_budget_unless_asked_otherwise():
-    from tfx_accum.components.search.search_policy import trainer_budget
-
-    best = trainer_budget(300, trial_examples=4 * 37 * 32, global_batch=32, best_trials=True)
-    assert (best.updates, best.early_stopping) == (4 * 37, False)
-    asked = trainer_budget(500, trial_examples=4 * 37 * 32, global_batch=32, best_trials=False)
-    assert (asked.updates, asked.early_stopping) == (500, True)
-    untuned = trainer_budget(300, trial_examples=None, global_batch=32, best_trials=True)
-    assert (untuned.updates, untuned.early_stopping) == (300, True)

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from reliability_runs import fill, tmpfs
 
+from tfx_accum.components.config.search_space import SearchSpace
 from tfx_accum.components.data.features import DataDescription
 from tfx_accum.components.search.hypermodel import AccumulationHyperModel
-from tfx_accum.components.search.search_space import SearchSpace
 from tfx_accum.components.search.search_tuners import PROJECT_NAME, make_tuner
 
 SPACE = SearchSpace(algorithm="random", max_trials=6)

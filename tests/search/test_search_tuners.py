@@ -9,9 +9,9 @@ import pytest
 import tensorflow as tf
 from tiny_data import tiny_splits
 
+from tfx_accum.components.config.search_space import SearchSpace
 from tfx_accum.components.search.hypermodel import AccumulationHyperModel
 from tfx_accum.components.search.search_policy import duplicate_key
-from tfx_accum.components.search.search_space import SearchSpace
 from tfx_accum.components.search.search_tuners import AccumulationOracleMixin, make_tuner
 
 
@@ -323,7 +323,7 @@ def test_a_trials_score_records_the_held_out_examples_it_is_on(tmp_path):
     trial records how many (the Trainer validates the best trial's model on as many)."""
     import dataclasses
 
-    from tfx_accum.components.settings import TRIAL_SCORED_ON
+    from tfx_accum.components.config.trial_records import TRIAL_SCORED_ON
 
     space = SearchSpace(
         accumulation_steps_choices=(1,),

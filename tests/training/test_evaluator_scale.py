@@ -25,7 +25,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_model_analysis as tfma
 
-from tfx_accum.components.data import tasks
+from tfx_accum.components.config import tasks
 from tfx_accum.components.training import baseline_metrics as bm
 from tfx_accum.pipeline.evaluation import eval_config, read_evaluation
 

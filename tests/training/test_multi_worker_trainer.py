@@ -1,7 +1,8 @@
 """The Trainer on two machines, as Vertex AI Training runs it, on the loopback address (#23).
 
 The pipeline's Trainer on Vertex AI is TFX's Vertex AI Training extension with this
-project's executor (components/training/tfx_components.py). Its executor is run here on a finished
+project's executor (components/training/trainer_component.py). Its executor is run here on a
+finished
 local run's examples, statistics and schema, up to the point where TFX would submit the
 ``CustomJob``: the job is captured instead. Every worker pool's command (TFX's
 ``run_executor`` with this project's Trainer executor) is then run as Vertex AI would, in
@@ -25,7 +26,8 @@ import pytest
 import tensorflow as tf
 from clusters import free_ports
 
-from tfx_accum.components.settings import Hyperparameters, ModelSettings
+from tfx_accum.components.config.hyperparameters import Hyperparameters
+from tfx_accum.components.config.settings import ModelSettings
 
 # The slow tier: real Trainer processes on the loopback address (minutes).
 pytestmark = pytest.mark.e2e
@@ -78,7 +80,7 @@ def capture_vertex_job(run_dir: Path, work: Path, workers: int, monkeypatch) -> 
         {"examples": [examples], "schema": [schema], "statistics": [statistics]},
         {"model": [model], "model_run": [model_run]},
         {
-            "run_fn": "tfx_accum.components.training.trainer.run_fn",
+            "run_fn": "tfx_accum.components.training.trainer_module.run_fn",
             "custom_config": json.dumps(custom_config),
             "train_args": json.dumps({"num_steps": 1}),  # the run-time parameter wins
             "eval_args": "{}",
@@ -155,7 +157,7 @@ def test_a_two_machine_vertex_trainer_resumes_and_equals_one_device(
     assert pools[0]["container_spec"]["command"] == pools[1]["container_spec"]["command"]
     command = pools[0]["container_spec"]["command"]
     executor = command[command.index("--executor_class_path") + 1]
-    assert executor == "tfx_accum.components.training.tfx_components.TrainerExecutor"
+    assert executor == "tfx_accum.components.training.trainer_component.TrainerExecutor"
     assert all(p["container_spec"]["image_uri"] == IMAGE for p in pools)
     assert job["job_spec"]["scheduling"] == {"restart_job_on_worker_restart": True}
 

@@ -18,13 +18,13 @@ import tensorflow as tf
 import yaml
 from tiny_data import tiny_splits
 
-from tfx_accum.components.custom_config import ModuleConfig
+from tfx_accum.components.config.custom_config import ModuleConfig
+from tfx_accum.components.config.settings import PRECISIONS, ModelSettings
 from tfx_accum.components.data.features import DataDescription
 from tfx_accum.components.data.raw_features import parse_raw
-from tfx_accum.components.settings import PRECISIONS, ModelSettings
-from tfx_accum.components.training.custom_model import by_name
+from tfx_accum.components.models.custom_model import by_name
+from tfx_accum.components.models.models import build_model, precision_policy
 from tfx_accum.components.training.export import export_serving_model
-from tfx_accum.components.training.models import build_model, precision_policy
 from tfx_accum.pipeline.cli.parser import main
 from tfx_accum.pipeline.kubeflow.profiles import KIND_PRECISION, ProfileError, load_profiles
 
@@ -248,9 +248,9 @@ def test_a_model_function_declaring_a_searched_name_is_told_which_wins(capsys):
     said in one line; its other hyperparameters (units) are its own and pass in silence."""
     import keras_tuner
 
+    from tfx_accum.components.config.search_space import SearchSpace
+    from tfx_accum.components.models.custom_model import narrow_to_declared
     from tfx_accum.components.search.hypermodel import AccumulationHyperModel
-    from tfx_accum.components.search.search_space import SearchSpace
-    from tfx_accum.components.training.custom_model import narrow_to_declared
 
     splits = tiny_splits()
     narrow_to_declared(ModelSettings("custom_models:own_learning_rate"), splits.data, "tuner")

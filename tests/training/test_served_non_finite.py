@@ -19,8 +19,8 @@ from tiny_data import tiny_splits
 
 from tfx_accum.components.data.features import Preprocessor
 from tfx_accum.components.data.raw_features import parse_raw
+from tfx_accum.components.models.models import build_model
 from tfx_accum.components.training.export import export_serving_model
-from tfx_accum.components.training.models import build_model
 
 OUTPUT = {"binary": "scores", "regression": "predictions"}
 

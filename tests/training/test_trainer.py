@@ -1,4 +1,4 @@
-"""The Trainer module's pieces (components/training/trainer.py)."""
+"""The Trainer module's pieces (components/training/trainer_module.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from tfx_accum.components.training.trainer import StopAfterUpdates
+from tfx_accum.components.training.trainer_module import StopAfterUpdates
 
 
 def test_training_stops_after_exactly_train_steps_updates():
@@ -25,7 +25,7 @@ def test_a_non_finite_loss_stops_training_at_once_with_one_line():
     import keras_tuner
     import pytest
 
-    from tfx_accum.components.training.non_finite import NonFiniteLoss, StopOnNonFiniteLoss
+    from tfx_accum.components.models.non_finite import NonFiniteLoss, StopOnNonFiniteLoss
 
     inputs = keras.Input((4,))
     model = keras.Model(inputs, keras.layers.Dense(1)(inputs))
@@ -54,9 +54,10 @@ def test_the_best_trials_model_is_validated_on_the_examples_its_score_is_on():
     """The Tuner records the held-out examples each score is on (the first 50,000 of a
     large split); the Trainer training the best trial's budget validates on those, and on
     every held-out example otherwise."""
-    from tfx_accum.components.search.search_policy import TrainerChoice, TrialRecord, trainer_budget
-    from tfx_accum.components.settings import TunerDecision
-    from tfx_accum.components.training.trainer import validated_examples
+    from tfx_accum.components.config.trial_records import TunerDecision
+    from tfx_accum.components.search.search_policy import TrainerChoice, TrialRecord
+    from tfx_accum.components.training.budget import trainer_budget
+    from tfx_accum.components.training.trainer_module import validated_examples
 
     values = {"accumulation_steps": 2, "micro_batch_size": 32, "learning_rate": 0.01}
     best = TrialRecord("3", "COMPLETED", 0.9, values, examples=200_000, scored_examples=50_000)

@@ -71,7 +71,7 @@ def test_the_two_worker_spec_validates_and_builds_a_vertex_pipeline_job(two_work
 def test_the_worker_pools_are_the_profiles_machines_running_the_image(two_workers):
     from google.cloud import aiplatform_v1
 
-    from tfx_accum.components.training.tfx_components import TrainerExecutor
+    from tfx_accum.components.training.trainer_component import TrainerExecutor
     from tfx_accum.components.training.vertex_trainer import VertexTrainerExecutor
 
     config = trainer_config(json.loads(two_workers.read_text()))
@@ -103,7 +103,7 @@ def test_the_worker_pools_are_the_profiles_machines_running_the_image(two_worker
         "Trainer"
     ]["inputs"]["parameters"]
     run_fn = parameters["run_fn"]["runtimeValue"]["constantValue"]["stringValue"]
-    assert run_fn == "tfx_accum.components.training.trainer.run_fn"
+    assert run_fn == "tfx_accum.components.training.trainer_module.run_fn"
     assert "train_steps" in parameters  # the run-time parameter reaches the workers too
     inputs = json.loads(two_workers.read_text())["pipelineSpec"]["root"]["dag"]["tasks"]["Trainer"][
         "inputs"
@@ -139,7 +139,7 @@ def test_one_worker_keeps_the_trainer_in_its_pipeline_step(tmp_path):
     assert "ai_platform_training_args" not in trainer_config(job)
     executor = job["pipelineSpec"]["deploymentSpec"]["executors"]["Trainer_executor"]
     assert (
-        "tfx_accum.components.training.tfx_components.TrainerExecutor"
+        "tfx_accum.components.training.trainer_component.TrainerExecutor"
         in executor["container"]["args"]
     )
     assert executor["container"]["resources"]["accelerator"]["type"] == "NVIDIA_L4"

@@ -6,9 +6,9 @@ import keras
 import numpy as np
 import pytest
 
+from tfx_accum.components.config.settings import ModelSettings
 from tfx_accum.components.data.features import DataDescription
-from tfx_accum.components.settings import ModelSettings
-from tfx_accum.components.training.models import build_model
+from tfx_accum.components.models.models import build_model
 from tfx_accum.pipeline.checks.csv_check import validate_csv_dir
 from tfx_accum.pipeline.checks.data import (
     embedded_summary,

@@ -5,14 +5,14 @@ Every model takes a dict of preprocessed features keyed by their input names
 model function one ``(batch, 1)`` number per numeric column; one index per
 string or categorical column, one ``(batch, height, width, channels)`` image per image
 feature), normalises numbers with statistics of the training split, and outputs what the
-task needs (``components/data/tasks.py``): class probabilities (``scores``), or one value
+task needs (``components/config/tasks.py``): class probabilities (``scores``), or one value
 (``predictions``, the standardised regression target). The loss and metrics per task are
-in ``components/training/task_compile.py``.
+in ``components/models/task_compile.py``.
 
 - ``cnn``: a small convolutional network on the image feature, or on the numeric columns
   as a square image (the 8x8 digits CSV); no BatchNormalization, so accumulation is exact.
 - ``mlp``: two dense layers, for tabular data (numeric and string columns).
-- ``package.module:function``: your own model (components/training/custom_model.py): a TFX
+- ``package.module:function``: your own model (components/models/custom_model.py): a TFX
   module's own function, as written, or one of tfx-accum's contract.
 - ``densenet121``: the StackOverflow question's setup: DenseNet121 (``weights=None``) on
   the image (at least 32x32, three channels). It has BatchNormalization, so accumulation
@@ -38,6 +38,14 @@ import keras
 import numpy as np
 
 from tfx_accum.components.accumulation.model import GradientAccumulationModel
+from tfx_accum.components.config.settings import (
+    DEFAULT_PRECISION,
+    MODEL_NAMES,
+    check_precision,
+    image_side,
+    is_model_function,
+)
+from tfx_accum.components.config.tasks import PREDICTION_KEYS
 from tfx_accum.components.data.features import (
     CATEGORICAL,
     IMAGE,
@@ -46,17 +54,9 @@ from tfx_accum.components.data.features import (
     STRING,
     DataDescription,
 )
-from tfx_accum.components.data.tasks import PREDICTION_KEYS
-from tfx_accum.components.settings import (
-    DEFAULT_PRECISION,
-    MODEL_NAMES,
-    check_precision,
-    image_side,
-    is_model_function,
-)
-from tfx_accum.components.training.custom_model import as_accumulation_model, call_model_function
-from tfx_accum.components.training.model_rules import check_model_suits
-from tfx_accum.components.training.task_compile import compile_arguments
+from tfx_accum.components.models.custom_model import as_accumulation_model, call_model_function
+from tfx_accum.components.models.model_rules import check_model_suits
+from tfx_accum.components.models.task_compile import compile_arguments
 
 ONE_HOT_LIMIT = 32  # string features with up to this many values are one-hot encoded
 

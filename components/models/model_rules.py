@@ -1,7 +1,7 @@
 """Which built-in model suits which data: the rules, once (no TensorFlow).
 
 The command line applies them before anything runs (exit 2 with the message), and
-``build_model`` applies them again where it builds (components/training/models.py), so a Kubeflow
+``build_model`` applies them again where it builds (components/models/models.py), so a Kubeflow
 run that no check saw fails with the same one line.
 
 - the default: ``cnn`` for an image feature, or for the embedded 8x8 digits (a square
@@ -19,9 +19,9 @@ check_model_suits("cnn", {"pixel_00": "numeric", ...})  # raises ModelChoiceErro
 
 from __future__ import annotations
 
+from tfx_accum.components.config.setting_words import CUSTOM_CONFIG, SettingWords
+from tfx_accum.components.config.settings import DEFAULT_MODEL, IMAGE_MODELS, image_side
 from tfx_accum.components.data.feature_kinds import IMAGE, NUMERIC
-from tfx_accum.components.setting_words import CUSTOM_CONFIG, SettingWords
-from tfx_accum.components.settings import DEFAULT_MODEL, IMAGE_MODELS, image_side
 
 _WORDS = {"string": "text", "categorical": "category"}
 

@@ -1,6 +1,6 @@
 """Your own Keras model in the pipeline: ``custom_config['model'] = 'package.module:function'``.
 
-The function is one of three kinds (components/training/model_function.py): TFX's
+The function is one of three kinds (components/models/model_function.py): TFX's
 (no arguments), Keras Tuner's (``hp``), or tfx-accum's (``features``, ...). What its model
 must be, and what is done with it:
 
@@ -15,7 +15,7 @@ Either way the model gets exactly the inputs it declares: the features it leaves
 named in one console line, not read, and not served; an input that is not a feature is an
 error naming the features closest to it. Built with ``tf.keras``, an input that no layer
 reads (Keras 2 allowed it; Keras 3 refuses the model) is left out
-(components/training/tf_keras_compat.py, which also makes ``tf.keras`` Keras 3 while the
+(components/models/tf_keras_compat.py, which also makes ``tf.keras`` Keras 3 while the
 function runs, whatever ``TF_USE_LEGACY_KERAS`` says).
 
 **Output.** One output: the class probabilities (``num_classes`` units) or their logits,
@@ -27,7 +27,7 @@ the label as it is; tfx-accum's: the standardised label). The export serves prob
 **Compile.** The model is wrapped with ``GradientAccumulationModel.from_model`` (weights
 shared) and compiled with your loss, metrics and optimizer class (its configuration, at the
 trial's learning rate); the task's metrics are added beside yours (the Tuner ranks by them:
-components/training/task_compile.py). Without a compile: the task's loss (of logits, if the
+components/models/task_compile.py). Without a compile: the task's loss (of logits, if the
 last layer has no activation) and Adam.
 
 Under ``precision`` ``mixed_float16`` (or ``mixed_bfloat16``) the function is called with
@@ -48,18 +48,19 @@ import keras
 
 from tfx_accum import console
 from tfx_accum.components.accumulation.model import GradientAccumulationModel
+from tfx_accum.components.config.custom_config import ModuleConfig
+from tfx_accum.components.config.setting_words import CUSTOM_CONFIG, SettingWords, by_closeness
+from tfx_accum.components.config.settings import ModelSettings, is_model_function
+from tfx_accum.components.config.tasks import BINARY
 from tfx_accum.components.data.features import TENSOR, DataDescription
-from tfx_accum.components.data.tasks import BINARY
-from tfx_accum.components.setting_words import CUSTOM_CONFIG, SettingWords, by_closeness
-from tfx_accum.components.settings import ModelSettings
-from tfx_accum.components.training.model_function import (
+from tfx_accum.components.models.model_function import (
     ModelFunction,
     ModelFunctionError,
     called,
     say_shadowed_hyperparameters,
 )
-from tfx_accum.components.training.task_compile import loss_for, metrics_for
-from tfx_accum.components.training.tf_keras_compat import is_read
+from tfx_accum.components.models.task_compile import loss_for, metrics_for
+from tfx_accum.components.models.tf_keras_compat import is_read
 
 _LINEAR = ("linear", None)
 
@@ -266,6 +267,17 @@ def output_units(model: keras.Model) -> int | None:
     return 1 if len(shape) == 1 else shape[-1]
 
 
+def model_data(fn_args, config: ModuleConfig, component: str) -> DataDescription:
+    """The data description the model is built for: ``datasets.describe_data``'s, narrowed to
+    the inputs a model function's model declares (:func:`narrow_to_declared`)."""
+    from tfx_accum.components.data.datasets import describe_data
+
+    data = describe_data(fn_args, config, component)
+    if is_model_function(config.model_settings.model):
+        data = narrow_to_declared(config.model_settings, data, component)
+    return data
+
+
 def narrow_to_declared(
     settings: ModelSettings, data: DataDescription, component: str
 ) -> DataDescription:
@@ -335,18 +347,27 @@ def by_name(model: keras.Model, data: DataDescription | None = None) -> keras.Mo
     if len(output.shape) == 1:  # (batch,): one unit, as the losses and the export read it
         output = keras.layers.Reshape((1,), name="one_unit")(output)
     if output.dtype != "float32":
-        # Built under mixed precision (components/training/models.py): float32 outputs, as Keras
+        # Built under mixed precision (components/models/models.py): float32 outputs, as Keras
         # recommends (a float32 loss, and the served scores are float32).
         output = keras.layers.Activation("linear", dtype="float32", name="float32_output")(output)
     return keras.Model(inputs, output, name=f"{model.name}_by_name")
+
+
+def outputs_logits(model: keras.Model) -> bool:
+    """Whether the model's output is logits: its compiled loss says ``from_logits=True``
+    (a model function's own loss, as in TFX's penguin example)."""
+    loss = getattr(model, "loss", None)
+    losses = loss.values() if isinstance(loss, dict) else loss if isinstance(loss, list) else [loss]
+    return any(
+        isinstance(item, keras.losses.Loss) and item.get_config().get("from_logits", False)
+        for item in losses
+    )
 
 
 def output_logits(model: keras.Model) -> bool:
     """Whether the model's output is logits: its compiled loss says ``from_logits=True``;
     not compiled, its last layer (before reshapes) is one with a linear ``activation``
     (``Dense(n)``)."""
-    from tfx_accum.components.training.export import outputs_logits
-
     if _compiled(model):
         return outputs_logits(model)
     operation = getattr(getattr(model.outputs[0], "_keras_history", None), "operation", None)

@@ -1,4 +1,4 @@
-"""The loss and metrics each task trains with (components/data/tasks.py), for every model.
+"""The loss and metrics each task trains with (components/config/tasks.py), for every model.
 
 - ``multiclass``: sparse categorical cross-entropy on class probabilities; ``accuracy``.
 - ``binary``: the same on two class probabilities (class 1 positive); ``accuracy``,
@@ -24,7 +24,7 @@ from typing import Any
 
 import keras
 
-from tfx_accum.components.data.tasks import BINARY, MULTICLASS, REGRESSION
+from tfx_accum.components.config.tasks import BINARY, MULTICLASS, REGRESSION
 
 
 class _PositiveClass:

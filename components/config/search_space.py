@@ -21,21 +21,60 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from tfx_accum.components.search.search_policy import (
-    exceeds_effective_batch_limit,
-    within_effective_batch_limit,
-)
-from tfx_accum.components.setting_words import closest_hint
-from tfx_accum.components.settings import (
-    HP_ACCUMULATION_STEPS,
-    HP_LEARNING_RATE,
-    HP_MICRO_BATCH_SIZE,
+from tfx_accum.components.accumulation.arguments import (
     validate_positive_float,
     validate_positive_int,
 )
+from tfx_accum.components.config.hyperparameters import (
+    HP_ACCUMULATION_STEPS,
+    HP_LEARNING_RATE,
+    HP_MICRO_BATCH_SIZE,
+)
+from tfx_accum.components.config.setting_words import closest_hint
 
 ALGORITHMS = ("bayesian", "random", "hyperband")
 DEFAULT_MAX_TRIAL_EXAMPLES = 200_000  # a trial's examples in all, when not given
+
+
+def exceeds_effective_batch_limit(k: int, m: int, limit: int | None) -> bool:
+    """The one rule of ``max_effective_batch``: ``k x m`` above it is not trained."""
+    return limit is not None and k * m > limit
+
+
+def fitting_splits(
+    accumulation_steps_choices: Sequence[int], micro_batch_choices: Sequence[int], limit: int | None
+) -> list[tuple[int, int]]:
+    """Every ``(k, m)`` of the choices within ``limit``; ``ValueError`` when none is."""
+    fits = [
+        (k, m)
+        for k in accumulation_steps_choices
+        for m in micro_batch_choices
+        if not exceeds_effective_batch_limit(k, m, limit)
+    ]
+    if not fits:
+        raise ValueError(f"No accumulation steps x micro-batch combination fits {limit}.")
+    return fits
+
+
+def within_effective_batch_limit(
+    values: dict[str, Any],
+    accumulation_steps_choices: Sequence[int],
+    micro_batch_choices: Sequence[int],
+    limit: int | None,
+) -> dict[str, Any]:
+    """``values`` with ``k x m`` within ``limit``.
+
+    A proposal above the limit becomes the nearest one that fits: the same micro-batch with
+    the largest accumulation step count that fits, else the largest effective batch that
+    fits. The learning rate and every other value are kept. Raises ``ValueError`` when no
+    combination fits (``SearchSpace`` refuses such a space up front).
+    """
+    k, m = values.get(HP_ACCUMULATION_STEPS), values.get(HP_MICRO_BATCH_SIZE)
+    if k is None or m is None or not exceeds_effective_batch_limit(k, m, limit):
+        return values
+    fits = fitting_splits(accumulation_steps_choices, micro_batch_choices, limit)
+    k, m = max(fits, key=lambda pair: (pair[1] == m, pair[0] * pair[1], pair[1]))
+    return {**values, HP_ACCUMULATION_STEPS: k, HP_MICRO_BATCH_SIZE: m}
 
 
 @dataclasses.dataclass(frozen=True)

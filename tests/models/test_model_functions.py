@@ -1,5 +1,5 @@
 """A TFX module's own model function, unchanged, as the Tuner and Trainer build it
-(components/training/model_function.py, custom_model.py): the three kinds told apart by
+(components/models/model_function.py, custom_model.py): the three kinds told apart by
 their signature; the model kept (inputs, outputs, loss, metrics, optimizer class) and
 wrapped for accumulation; fed the features as Transform wrote them; served as TFX serves it.
 Every refusal is one line in ``custom_config``'s words. The models are tests/tfx_model_functions.py.
@@ -21,20 +21,20 @@ import tensorflow as tf
 from tensorflow_metadata.proto.v0 import schema_pb2, statistics_pb2
 
 from tfx_accum.components.accumulation.model import GradientAccumulationModel
+from tfx_accum.components.config.settings import ModelSettings
 from tfx_accum.components.data.features import Preprocessor, describe
 from tfx_accum.components.data.raw_features import parse_raw
 from tfx_accum.components.data.statistics import SplitStatistics
-from tfx_accum.components.settings import ModelSettings
-from tfx_accum.components.training.custom_model import narrow_to_declared
-from tfx_accum.components.training.export import export_serving_model
-from tfx_accum.components.training.model_function import (
+from tfx_accum.components.models.custom_model import narrow_to_declared
+from tfx_accum.components.models.model_function import (
     CONTRACT_FUNCTION,
     TFX_FUNCTION,
     TUNER_FUNCTION,
     ModelFunctionError,
     function_kind,
 )
-from tfx_accum.components.training.models import build_model
+from tfx_accum.components.models.models import build_model
+from tfx_accum.components.training.export import export_serving_model
 
 INT, FLOAT, BYTES = schema_pb2.INT, schema_pb2.FLOAT, schema_pb2.BYTES
 ROWS = 96

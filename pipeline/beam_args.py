@@ -11,7 +11,7 @@ and the pickling between them). With more CPUs, one worker per ``BYTES_PER_WORKE
 ``ROWS_PER_WORKER``, up to the CPUs: not measured here (a 2-core machine). The workers read
 the split's files in parallel, so ExampleGen writes a large input in several files
 (``components/data/csv_examples.py``), and each worker batches TFXIO's reads by bytes
-(``--beam_plugins``: ``pipeline/local/tfxio_batching.py``). ``--beam-pipeline-args``
+(``--beam_plugins``: ``pipeline/tfxio_batching.py``). ``--beam-pipeline-args``
 replaces the choice entirely (for example ``--runner=DataflowRunner ...``).
 
 Every Beam component's executor also packages TFX itself as an sdist for remote workers
@@ -42,7 +42,7 @@ from collections.abc import Sequence
 
 from tfx_accum.pipeline.errors import InputError
 
-BEAM_PLUGIN_ARG = "--beam_plugins=tfx_accum.pipeline.local.tfxio_batching"
+BEAM_PLUGIN_ARG = "--beam_plugins=tfx_accum.pipeline.tfxio_batching"
 
 # Below both, or on at most IN_MEMORY_CPUS CPUs, one in-process worker; above either, one
 # worker per BYTES_PER_WORKER or ROWS_PER_WORKER, whichever asks for more.

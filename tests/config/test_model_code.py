@@ -1,5 +1,5 @@
 """A model function's code is part of what its model is keyed by
-(components/training/model_code.py): TFX's cache key (the Tuner's and Trainer's
+(components/config/model_code.py): TFX's cache key (the Tuner's and Trainer's
 ``custom_config``), the Tuner's search and the Trainer's backup. An edit of the module, or of
 a module it imports from the user's directory, changes them; an edit elsewhere does not. The
 same holds for ``model_hyperparameters``' function, and for the ``custom_config`` a stock TFX
@@ -15,13 +15,13 @@ import sys
 import pytest
 from stock_tuner_counts import artifacts, exec_properties, write_examples
 
-from tfx_accum.components.settings import ModelSettings
-from tfx_accum.components.training.model_code import (
+from tfx_accum.components.config.model_code import (
     changed_files,
     changed_functions,
     model_code,
     settings_code,
 )
+from tfx_accum.components.config.settings import ModelSettings
 
 MODEL = """import keras
 from . import layers_of
@@ -127,11 +127,11 @@ def test_an_edited_model_is_searched_and_trained_in_new_places(project, fn_args,
     """The Tuner's search folder and the Trainer's backup folder follow the code of the
     model's functions: an edited model (or hyperparameter function) neither resumes the
     old search nor the old training."""
-    from tfx_accum.components.custom_config import ModuleConfig
-    from tfx_accum.components.search.search_space import SearchSpace
-    from tfx_accum.components.search.tuner import search_location
-    from tfx_accum.components.settings import Hyperparameters
-    from tfx_accum.components.training.trainer import backup_location
+    from tfx_accum.components.config.custom_config import ModuleConfig
+    from tfx_accum.components.config.hyperparameters import Hyperparameters
+    from tfx_accum.components.config.search_space import SearchSpace
+    from tfx_accum.components.search.tuner_module import search_location
+    from tfx_accum.components.training.trainer_module import backup_location
 
     settings = ModelSettings(model=NET, model_hyperparameters=SPACE_FN)
     config = ModuleConfig.from_custom_config(
@@ -215,9 +215,9 @@ def _stock_cache_keys(root, custom_config: dict) -> dict[str, str]:
         "eval_args": trainer_pb2.EvalArgs(num_steps=5),
         "custom_config": custom_config,
     }
-    tuner = Tuner(tuner_fn="tfx_accum.components.search.tuner.tuner_fn", **args)
+    tuner = Tuner(tuner_fn="tfx_accum.components.search.tuner_module.tuner_fn", **args)
     trainer = Trainer(
-        run_fn="tfx_accum.components.training.trainer.run_fn",
+        run_fn="tfx_accum.components.training.trainer_module.run_fn",
         hyperparameters=tuner.outputs["best_hyperparameters"],
         **args,
     )

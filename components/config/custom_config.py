@@ -6,7 +6,7 @@ that dict typed and checked: the pipeline writes it with :func:`module_config` (
 :meth:`ModuleConfig.from_custom_config`, which runs the same checks. A misspelt key fails
 where the pipeline is written, with the closest key (search-space keys included), and
 would fail with the same line in the Tuner before any work. For a model function it also
-writes ``model_code``, the code's key (components/training/model_code.py), so that TFX's
+writes ``model_code``, the code's key (components/config/model_code.py), so that TFX's
 cache runs the Tuner and Trainer again when the model's module changes.
 
 Importing this module is cheap (no TensorFlow), so a pipeline file and the command line
@@ -22,9 +22,9 @@ config = module_config(
     label_key="tips_xf",
     search_space={"max_trials": 8, "tuning_epochs": 4},
 )
-tfx.components.Tuner(tuner_fn="tfx_accum.components.search.tuner.tuner_fn", ...,
+tfx.components.Tuner(tuner_fn="tfx_accum.components.search.tuner_module.tuner_fn", ...,
                      custom_config=config)
-tfx.components.Trainer(run_fn="tfx_accum.components.training.trainer.run_fn", ...,
+tfx.components.Trainer(run_fn="tfx_accum.components.training.trainer_module.run_fn", ...,
                        custom_config=config)
 module_config(model="mlp", search_space={"max_trails": 8})
 # ValueError: custom_config['search_space'] key 'max_trails' is not a search-space
@@ -38,16 +38,15 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from tfx_accum.components.search.search_space import SearchSpace
-from tfx_accum.components.setting_words import closest_hint
-from tfx_accum.components.settings import (
-    BEST_TRIAL_BUDGET,
-    Hyperparameters,
-    ModelSettings,
+from tfx_accum.components.accumulation.arguments import (
     validate_positive_float,
     validate_positive_int,
 )
-from tfx_accum.components.training.model_code import with_code
+from tfx_accum.components.config.hyperparameters import Hyperparameters
+from tfx_accum.components.config.model_code import with_code
+from tfx_accum.components.config.search_space import SearchSpace
+from tfx_accum.components.config.setting_words import closest_hint
+from tfx_accum.components.config.settings import ModelSettings
 
 __all__ = ["MODULE_CONFIG_KEYS", "ModuleConfig", "module_config"]
 
@@ -69,6 +68,9 @@ TFX_CONFIG_PREFIXES = ("ai_platform_", "remote_trials_working_dir")
 MODEL_KEYS = tuple(f.name for f in dataclasses.fields(ModelSettings))
 KNOWN_KEYS = (*MODEL_KEYS, *MODULE_CONFIG_KEYS)
 STALL_SECONDS = 600.0  # worker_stall_seconds' default
+# custom_config["train_budget"]: the Trainer trains for the best trial's examples (the
+# default when tuning); otherwise for train_steps updates with early stopping.
+BEST_TRIAL_BUDGET = "best_trial"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,7 +78,7 @@ class ModuleConfig:
     """``custom_config`` of tfx-accum's ``tuner_fn`` and ``run_fn``, each value checked.
 
     ``model_settings``: the model, label and columns (the ``custom_config`` keys of
-    :class:`~tfx_accum.components.settings.ModelSettings`); ``search_space``: the Tuner's
+    :class:`~tfx_accum.components.config.settings.ModelSettings`); ``search_space``: the Tuner's
     (None: the defaults); ``hyperparameters``: the Trainer's without a Tuner;
     ``search_root``/``backup_root``: where a rerun finds the search and the training state;
     ``seed``: the Trainer's (None: the search space's, so that the Trainer trains the best
@@ -205,7 +207,7 @@ def module_config(**keys: Any) -> dict[str, Any]:
 
     For a model function (and ``model_hyperparameters``' function), ``model_code`` is
     filled in with the code of their modules and of what they import from the user's
-    directory (components/training/model_code.py): TFX's cache key is the component's
+    directory (components/config/model_code.py): TFX's cache key is the component's
     properties, ``custom_config`` among them, so an edited model is searched and trained
     again. A ``model_code`` given is kept only where their modules are not found here (a
     pipeline compiled for an image that holds them).

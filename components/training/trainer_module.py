@@ -1,10 +1,10 @@
 """TFX Trainer module: trains the GA model with the tuned (or fixed) hyperparameters.
 
-Referenced from the pipeline as ``run_fn="tfx_accum.components.training.trainer.run_fn"``.
+Referenced from the pipeline as ``run_fn="tfx_accum.components.training.trainer_module.run_fn"``.
 
 - Hyperparameters: the Tuner's best ones (``fn_args.hyperparameters``), or
   ``custom_config["hyperparameters"]`` when tuning is switched off (see
-  :class:`~tfx_accum.components.settings.Hyperparameters`). It does not depend on the
+  :class:`~tfx_accum.components.config.hyperparameters.Hyperparameters`). It does not depend on the
   Tuner module.
 - ``train_steps`` counts **optimizer updates** (each one is a whole effective batch of
   ``k * m`` examples), not micro-batches.
@@ -36,26 +36,23 @@ from tfx_accum import console
 from tfx_accum.components.accumulation import distributed_input
 from tfx_accum.components.accumulation.multi_worker import Cluster
 from tfx_accum.components.accumulation.strategy import choose_strategy, replica_plan
-from tfx_accum.components.custom_config import ModuleConfig
+from tfx_accum.components.config.custom_config import BEST_TRIAL_BUDGET, ModuleConfig
+from tfx_accum.components.config.hyperparameters import Hyperparameters
+from tfx_accum.components.config.model_code import model_key
+from tfx_accum.components.config.settings import EVAL_BATCH
+from tfx_accum.components.config.tasks import OBJECTIVES
+from tfx_accum.components.config.trial_records import TunerDecision
 from tfx_accum.components.data.datasets import (
     batched,
-    describe_data,
     read_splits,
 )
 from tfx_accum.components.data.input_keys import location_for_inputs
-from tfx_accum.components.data.tasks import OBJECTIVES
 from tfx_accum.components.data.transform import transform_output_path
-from tfx_accum.components.search.search_policy import trainer_budget
-from tfx_accum.components.settings import (
-    BEST_TRIAL_BUDGET,
-    EVAL_BATCH,
-    Hyperparameters,
-    TunerDecision,
-)
+from tfx_accum.components.models.custom_model import model_data
+from tfx_accum.components.models.models import build_model, describe_precision, ready_to_trace
+from tfx_accum.components.models.non_finite import StopOnNonFiniteLoss
+from tfx_accum.components.training.budget import trainer_budget
 from tfx_accum.components.training.export import export_serving_model
-from tfx_accum.components.training.model_code import model_key
-from tfx_accum.components.training.models import build_model, describe_precision, ready_to_trace
-from tfx_accum.components.training.non_finite import StopOnNonFiniteLoss
 from tfx_accum.components.training.training_backup import TrainingBackup
 
 if TYPE_CHECKING:  # importing tfx.v1 loads its Google Cloud extensions: 5 s in every Trainer
@@ -68,7 +65,7 @@ def resolve_hyperparameters(
     """``(hyperparameters, keras_tuner.HyperParameters, the Tuner's decision)``.
 
     The Tuner's decision (``fn_args.hyperparameters``, parsed once by
-    :class:`~tfx_accum.components.settings.TunerDecision`) if there is one, else
+    :class:`~tfx_accum.components.config.trial_records.TunerDecision`) if there is one, else
     ``custom_config["hyperparameters"]`` (``config.hyperparameters``). The second value
     holds every value, for a model function that declared hyperparameters of its own
     (empty with tuning off: its defaults).
@@ -137,7 +134,7 @@ def run_fn(fn_args: FnArgs) -> None:
             hp.accumulation_steps,
             hp.micro_batch_size,
         )
-    data = describe_data(fn_args, config, "trainer")
+    data = model_data(fn_args, config, "trainer")
     splits = read_splits(fn_args, data)
     # The search's seed: the best trial's initial weights and data order, so that the best
     # configuration trained for the best trial's budget is the best trial's model.
@@ -367,7 +364,7 @@ def backup_location(
     ``custom_config["backup_root"]`` (``<pipeline_root>/_backup`` from create_pipeline) in
     a folder named by a hash of everything that determines the training: the examples and
     schema, the hyperparameters, the number of updates and the model settings (a model
-    function's code with them: components/training/model_code.py).
+    function's code with them: components/config/model_code.py).
     """
     if not config.backup_root:
         return os.path.join(fn_args.model_run_dir, "backup")

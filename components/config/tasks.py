@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from tfx_accum.components.setting_words import CUSTOM_CONFIG, SettingWords
+from tfx_accum.components.config.setting_words import CUSTOM_CONFIG, SettingWords
 
 MULTICLASS, BINARY, REGRESSION = "multiclass", "binary", "regression"
 CLASSIFICATION = "classification"  # task classification: multiclass or binary by count

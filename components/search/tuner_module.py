@@ -1,6 +1,6 @@
 """TFX Tuner module: Keras Tuner searches accumulation steps, micro-batch and learning rate.
 
-Referenced from the pipeline as ``tuner_fn="tfx_accum.components.search.tuner.tuner_fn"``.
+Referenced from the pipeline as ``tuner_fn="tfx_accum.components.search.tuner_module.tuner_fn"``.
 
 The three hyperparameters are searched jointly: ``accumulation_steps`` (k),
 ``micro_batch_size`` (m) and ``learning_rate``; a trial's effective batch is ``k * m``.
@@ -29,14 +29,18 @@ import keras_tuner
 
 from tfx_accum import console
 from tfx_accum.components.accumulation.strategy import check_node_pool, choose_strategy, tpu_present
-from tfx_accum.components.custom_config import ModuleConfig
+from tfx_accum.components.config.custom_config import ModuleConfig
+from tfx_accum.components.config.model_code import model_key
+from tfx_accum.components.config.search_space import SearchSpace
+from tfx_accum.components.config.settings import ModelSettings
 from tfx_accum.components.data.datasets import (
-    describe_data,
     read_splits,
     training_examples,
     validation_examples,
 )
 from tfx_accum.components.data.input_keys import location_for_inputs
+from tfx_accum.components.models.custom_model import model_data
+from tfx_accum.components.models.models import describe_precision
 from tfx_accum.components.search import parallel_search
 from tfx_accum.components.search.hypermodel import AccumulationHyperModel
 from tfx_accum.components.search.micro_batch_probe import (
@@ -44,11 +48,7 @@ from tfx_accum.components.search.micro_batch_probe import (
     probe_in_subprocess,
     say_dropped,
 )
-from tfx_accum.components.search.search_space import SearchSpace
 from tfx_accum.components.search.search_tuners import make_tuner
-from tfx_accum.components.settings import ModelSettings
-from tfx_accum.components.training.model_code import model_key
-from tfx_accum.components.training.models import describe_precision
 
 __all__ = ["make_tuner", "tuner_fn", "worker_tuner"]
 
@@ -62,7 +62,7 @@ def search_location(
     preempted pod, Ctrl-C) would start over. Under ``root`` (``custom_config["search_root"]``,
     ``<pipeline_root>/_search`` from create_pipeline) the search lives in a folder named
     by a hash of the examples' and schema's content, the search space and the model
-    settings (a model function's code with them: components/training/model_code.py), and a
+    settings (a model function's code with them: components/config/model_code.py), and a
     rerun with the same inputs continues it (on Kubeflow too, where every
     run's examples have a new path). ``max_trials`` is left out: more trials continue the
     same search, fewer reuse it. ``None`` without a search root.
@@ -84,7 +84,7 @@ def tuner_fn(fn_args):
     config = ModuleConfig.from_custom_config(fn_args.custom_config)
     settings, space, workers = config.model_settings, config.space, config.parallel_trials
     directory = search_location(fn_args, space, settings, config.search_root)
-    data = describe_data(fn_args, config, "tuner")
+    data = model_data(fn_args, config, "tuner")
     if workers > 1:
         check_node_pool()
         if tpu_present():
@@ -170,7 +170,7 @@ def worker_tuner(fn_args, spec: dict) -> tuple[keras_tuner.Tuner, dict]:
     config = ModuleConfig.from_custom_config(fn_args.custom_config)
     settings = config.model_settings
     space = SearchSpace.from_config(spec["search_space"])  # as the chief probed it
-    data = describe_data(fn_args, config, "tuner")
+    data = model_data(fn_args, config, "tuner")
     if spec.get("probe"):
         # Only the memory probe, for a chief that must not touch the GPU itself.
         splits = read_splits(fn_args, data)

@@ -38,8 +38,8 @@ The function is told apart by its signature (``inspect.signature``); three kinds
 Anything else (a required argument that is none of these) is refused in one line that
 says which signatures are accepted.
 
-The call runs with ``tf.keras`` as Keras 3 (components/training/tf_keras_compat.py); what
-the model must then be is components/training/custom_model.py's.
+The call runs with ``tf.keras`` as Keras 3 (components/models/tf_keras_compat.py); what
+the model must then be is components/models/custom_model.py's.
 """
 
 from __future__ import annotations
@@ -54,9 +54,9 @@ import keras
 import tensorflow as tf
 
 from tfx_accum import console
+from tfx_accum.components.config.setting_words import CUSTOM_CONFIG, SettingWords
 from tfx_accum.components.data.features import CATEGORICAL, NUMERIC, STRING, DataDescription
-from tfx_accum.components.setting_words import CUSTOM_CONFIG, SettingWords
-from tfx_accum.components.training.tf_keras_compat import (
+from tfx_accum.components.models.tf_keras_compat import (
     is_keras_2,
     keras_2_message,
     keras_3_as_tf_keras,
@@ -252,7 +252,7 @@ def say_shadowed_hyperparameters(hp, component: str) -> None:
     """One line per hyperparameter the model function declares under one of the names
     tfx-accum searches itself: Keras Tuner keeps the first declaration of a name, which in a
     trial is tfx-accum's, so the function's own range is never searched."""
-    from tfx_accum.components.settings import (
+    from tfx_accum.components.config.hyperparameters import (
         HP_ACCUMULATION_STEPS,
         HP_LEARNING_RATE,
         HP_MICRO_BATCH_SIZE,

@@ -1,5 +1,5 @@
 """``custom_config``, the typed contract between a TFX pipeline and the modules
-(components/custom_config.py): checked where the pipeline is written (``module_config``) and
+(components/config/custom_config.py): checked where the pipeline is written (``module_config``) and
 read by ``tuner_fn`` and ``run_fn`` through the same checks, each mistake one line in
 ``custom_config``'s words, with the closest key."""
 
@@ -12,10 +12,11 @@ import types
 import pytest
 
 from tfx_accum.components import ModuleConfig, module_config
-from tfx_accum.components.search.search_space import SearchSpace
-from tfx_accum.components.search.tuner import tuner_fn
-from tfx_accum.components.settings import Hyperparameters, ModelSettings
-from tfx_accum.components.training.trainer import run_fn
+from tfx_accum.components.config.hyperparameters import Hyperparameters
+from tfx_accum.components.config.search_space import SearchSpace
+from tfx_accum.components.config.settings import ModelSettings
+from tfx_accum.components.search.tuner_module import tuner_fn
+from tfx_accum.components.training.trainer_module import run_fn
 
 
 def _refused(**keys) -> str:
@@ -190,10 +191,82 @@ def test_the_modules_messages_name_custom_config_keys_and_the_cli_its_flags(
 
 
 def test_the_model_rules_name_the_model_key_to_the_modules_and_the_flag_to_the_cli():
-    from tfx_accum.components.training.model_rules import ModelChoiceError, check_model_suits
+    from tfx_accum.components.models.model_rules import ModelChoiceError, check_model_suits
     from tfx_accum.pipeline.config import CLI_WORDS
 
     with pytest.raises(ModelChoiceError, match=r"Use custom_config\['model'\] = 'mlp'\.$"):
         check_model_suits("cnn", {"city": "string"})
     with pytest.raises(ModelChoiceError, match=r"Use --model mlp\.$"):
         check_model_suits("cnn", {"city": "string"}, CLI_WORDS)
+
+
+def _raw_key_uses(name: str, source: str, keys: set[str]) -> list[str]:
+    """Where ``source`` subscripts, ``.get()`` s or builds a dict with one of ``keys``.
+
+    Other dicts that share a word with ``custom_config`` are not it: a component's
+    ``outputs[...]`` (its channels), a parallel worker's ``spec[...]``, ``create_pipeline``'s
+    keyword arguments as the CLI and the runners pass them on (``settings_``,
+    ``pipeline_settings``: named by its parameters) and a node pool's YAML (``raw``)."""
+    import ast
+
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        key, owner = None, None
+        if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
+            key, owner = node.slice.value, node.value
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in ("get", "setdefault", "pop")
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+        ):
+            key, owner = node.args[0].value, node.func.value
+        elif isinstance(node, ast.Dict):
+            found += [
+                f"{name}:{item.lineno}: {{{item.value!r}: ...}}"
+                for item in node.keys
+                if isinstance(item, ast.Constant) and item.value in keys
+            ]
+        if key in keys:
+            last = owner.attr if isinstance(owner, ast.Attribute) else getattr(owner, "id", "")
+            if last not in ("outputs", "spec", "settings_", "pipeline_settings", "raw"):
+                found.append(f"{name}:{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_no_module_reads_or_writes_a_raw_custom_config_key_outside_module_config():
+    """The pipeline <-> module contract is ModuleConfig alone: no other installed module
+    reads or writes a ``custom_config`` key of its own (ModuleConfig's keys and
+    ``model_code``); ModelSettings writes its own fields (config/settings.py), and the
+    parallel search's worker spec is its own JSON (search/parallel_search.py)."""
+    from pathlib import Path
+
+    from tfx_accum.components.config.custom_config import MODULE_CONFIG_KEYS
+
+    root = Path(__file__).resolve().parents[2]
+    keys = set(MODULE_CONFIG_KEYS) | {"model_code"}
+    allowed = {
+        "components/config/custom_config.py",
+        "components/config/settings.py",
+        "components/search/parallel_search.py",
+    }
+    found = []
+    for folder in ("components", "pipeline", "kubeflow", "tfx_accum"):
+        for path in sorted((root / folder).rglob("*.py")):
+            name = path.relative_to(root).as_posix()
+            if name not in allowed:
+                found += _raw_key_uses(name, path.read_text(), keys)
+    assert not found, found
+
+
+def test_the_raw_key_check_finds_the_reads_and_writes_it_forbids():
+    source = (
+        'config["search_root"]\n'
+        'trainer_config["train_budget"] = 1\n'
+        'c.get("backup_root")\n'
+        'x = {"seed": 1}\n'
+        'tuner.outputs["statistics"]\n'  # a component's output channel: not custom_config
+    )
+    found = _raw_key_uses("m.py", source, {"search_root", "train_budget", "backup_root", "seed"})
+    assert [line.split(":")[1] for line in found] == ["1", "2", "3", "4"], found

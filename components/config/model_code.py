@@ -28,7 +28,7 @@ import json
 import sysconfig
 from pathlib import Path
 
-from tfx_accum.components.settings import ModelSettings, is_model_function
+from tfx_accum.components.config.settings import ModelSettings, is_model_function
 
 _LIBRARY_DIRS = ("site-packages", "dist-packages")
 # The ModelSettings fields that name a function of the user's, whose code is the settings'.

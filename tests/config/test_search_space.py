@@ -1,10 +1,10 @@
-"""The search space (components/search/search_space.py): validation, custom_config, the limit."""
+"""The search space (components/config/search_space.py): validation, custom_config, the limit."""
 
 from __future__ import annotations
 
 import pytest
 
-from tfx_accum.components.search.search_space import SearchSpace
+from tfx_accum.components.config.search_space import SearchSpace
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,136 @@
+"""The training room's TFX component: TFX's Trainer, with StatisticsGen's statistics as an
+input and a run's ``train_steps`` as an execution property.
+
+TFX's own Trainer, extended the way TFX components are: a component spec with the inputs of
+``data.component_inputs`` and an optional integer execution property
+(:data:`TRAINER_PARAMETERS`), and an executor that hands the statistics' location to the
+module and writes a run's ``train_steps`` where TFX reads it (:func:`trainer_properties`),
+then runs TFX's executor unchanged. ``run_fn`` and every other argument are TFX's. (The
+Tuner is its sibling in the search room: ``search.tuner_component``.)
+
+Why execution properties: TFX 1.16's Kubeflow compiler makes a ``RuntimeParameter`` a
+pipeline parameter only when it is a component's *whole* execution property; one inside
+``custom_config`` or a ``TrainArgs`` proto is never substituted (pipeline/run_parameters.py).
+
+**Several machines.** The Trainer's executor runs in every worker of a multi-worker
+training job (``TF_CONFIG``; components/accumulation/multi_worker.py); TFX's check that
+``run_fn`` wrote the model applies to the chief, which alone writes it. The Vertex AI
+Training form of this Trainer is in components/training/vertex_trainer.py (kept apart: its
+TFX extension imports Google Cloud's AI Platform client, seconds of start-up that a local
+run or an ordinary Trainer pod must not pay).
+
+Example (what pipeline/pipeline.py does):
+
+```python
+trainer = Trainer(examples=..., schema=..., statistics=statistics_gen.outputs["statistics"],
+                  run_fn="tfx_accum.components.training.trainer_module.run_fn",
+                  custom_config=module_config(...))
+```
+"""
+
+from __future__ import annotations
+
+from tfx_accum import needs_tfx  # noqa: F401 - first: without the tfx extra, one line
+
+# isort: split
+from typing import Any
+
+from tfx.components.trainer import executor as trainer_executor
+from tfx.components.util import udf_utils
+from tfx.dsl.components.base import base_component, executor_spec
+from tfx.proto import trainer_pb2
+from tfx.types import channel as channel_types
+from tfx.types import standard_artifacts, standard_component_specs
+from tfx.utils import json_utils
+
+from tfx_accum.components.accumulation.multi_worker import Cluster
+from tfx_accum.components.data.anomalies import check_before_training
+from tfx_accum.components.data.component_inputs import (
+    ANOMALIES_GATE,
+    STATISTICS_INPUT,
+    check_run_parameter,
+    optional_parameters,
+    spec_arguments,
+    with_statistics,
+)
+
+TRAIN_STEPS = "train_steps"
+TRAINER_PARAMETERS = {TRAIN_STEPS: int}  # into TrainArgs.num_steps
+
+
+def trainer_properties(exec_properties: dict[str, Any]) -> dict[str, Any]:
+    """``exec_properties`` with a run's train_steps in ``TrainArgs.num_steps``."""
+    if exec_properties.get(TRAIN_STEPS) is None:
+        return exec_properties
+    key = standard_component_specs.TRAIN_ARGS_KEY
+    train_args = json_utils.loads(exec_properties.get(key) or "{}") or {}
+    train_args["num_steps"] = check_run_parameter(TRAIN_STEPS, exec_properties[TRAIN_STEPS])
+    return {**exec_properties, key: json_utils.dumps(train_args)}
+
+
+class TrainerExecutor(trainer_executor.GenericExecutor):
+    """TFX's Trainer executor, with the statistics and a run's parameters; in a
+    multi-worker job, a non-chief worker trains with the others and exports to a
+    temporary location (``run_fn``), so TFX's check for the exported model is the chief's."""
+
+    def Do(self, input_dict, output_dict, exec_properties):  # noqa: N802 - TFX's name
+        check_before_training(input_dict, exec_properties, "Trainer")
+        properties = trainer_properties(with_statistics(input_dict, exec_properties))
+        if Cluster.from_env().is_chief:
+            return super().Do(input_dict, output_dict, properties)
+        self._log_startup(input_dict, output_dict, properties)
+        fn_args = self._GetFnArgs(input_dict, output_dict, properties)
+        udf_utils.get_fn(properties, "run_fn")(fn_args)
+        return None
+
+
+class TrainerSpec(standard_component_specs.TrainerSpec):
+    INPUTS = {**standard_component_specs.TrainerSpec.INPUTS, **STATISTICS_INPUT}
+    PARAMETERS = {
+        **standard_component_specs.TrainerSpec.PARAMETERS,
+        **optional_parameters(TRAINER_PARAMETERS),
+        **ANOMALIES_GATE,
+    }
+
+
+class Trainer(base_component.BaseComponent):
+    """TFX's Trainer (a ``run_fn`` by dotted path) that also receives the statistics;
+    ``run_parameters``: values (or ``RuntimeParameter`` s) of :data:`TRAINER_PARAMETERS`;
+    ``anomalies`` with ``fail_on_anomalies``: it does not start on data with anomalies."""
+
+    SPEC_CLASS = TrainerSpec
+    EXECUTOR_SPEC = executor_spec.ExecutorClassSpec(TrainerExecutor)
+
+    def __init__(
+        self,
+        examples: channel_types.BaseChannel,
+        schema: channel_types.BaseChannel,
+        statistics: channel_types.BaseChannel,
+        run_fn: str,
+        hyperparameters: channel_types.BaseChannel | None = None,
+        train_args: trainer_pb2.TrainArgs | None = None,
+        eval_args: trainer_pb2.EvalArgs | None = None,
+        custom_config: dict[str, Any] | None = None,
+        run_parameters: dict[str, Any] | None = None,
+        anomalies: channel_types.BaseChannel | None = None,
+        fail_on_anomalies: bool = False,
+    ):
+        spec = TrainerSpec(
+            **spec_arguments(
+                TRAINER_PARAMETERS,
+                run_parameters,
+                examples,
+                schema,
+                statistics,
+                train_args,
+                eval_args,
+                custom_config,
+                anomalies,
+                fail_on_anomalies,
+            ),
+            hyperparameters=hyperparameters,
+            run_fn=run_fn,
+            model=channel_types.Channel(type=standard_artifacts.Model),
+            model_run=channel_types.Channel(type=standard_artifacts.ModelRun),
+        )
+        super().__init__(spec=spec)
