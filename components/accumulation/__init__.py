@@ -1,7 +1,8 @@
 """The accumulation model: ``GradientAccumulationModel`` and what makes its step exact.
 
-Owns the step (``model``, ``jax_step``), the micro-batches and accumulators, the Keras adapter
-and the distribution strategies; it imports nothing from the search, data or training packages.
+Owns the step (``model``, ``jax_step``, ``torch_step``), the micro-batches and accumulators, the
+Keras adapter and the distribution strategies; it imports nothing from the search, data or
+training packages.
 """
 
 from __future__ import annotations

@@ -84,7 +84,17 @@ def state_assigning_layers(
 
 
 def _trace_only(function, x: Any) -> None:
-    """Traces ``function(x)`` into a throwaway graph (TensorFlow) or jaxpr (JAX); runs nothing."""
+    """Traces ``function(x)`` into a throwaway graph (TensorFlow) or jaxpr (JAX); runs nothing.
+
+    PyTorch has no tracing apart from running: ``function`` runs eagerly without gradients
+    (its ``StatelessScope`` records assignments instead of making them).
+    """
+    if keras.backend.backend() == "torch":
+        import torch
+
+        with torch.no_grad():
+            function(x)
+        return
     if keras.backend.backend() == "jax":
         import jax
 

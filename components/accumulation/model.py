@@ -1,8 +1,9 @@
-"""Exact gradient accumulation for Keras 3 ``model.fit`` (TensorFlow and JAX backends).
+"""Exact gradient accumulation for Keras 3 ``model.fit`` (TensorFlow, JAX and PyTorch backends).
 
 This module holds the model (its arguments, the loss split into exact shares, the
 warnings and refusals, all backend-independent) and TensorFlow's step, described below;
-JAX's step is :mod:`components.accumulation.jax_step`, which reuses the rest.
+JAX's step is :mod:`components.accumulation.jax_step` and PyTorch's
+:mod:`components.accumulation.torch_step`, which reuse the rest.
 
 One ``fit`` step receives the whole effective batch, cuts it into ``k`` micro-batches,
 runs forward and backward on them one after another inside a ``tf.while_loop`` (so only
@@ -52,8 +53,8 @@ from tfx_accum.components.accumulation import inexact_cases
 from tfx_accum.components.accumulation import keras_adapter as adapter
 from tfx_accum.components.settings import validate_positive_int
 
-# The step below is TensorFlow's; on the JAX backend the model trains through
-# components/accumulation/jax_step.py, and TensorFlow need not be installed at all (#35).
+# The step below is TensorFlow's; on the JAX and PyTorch backends the model trains through
+# components/accumulation/jax_step.py and torch_step.py, and TensorFlow need not be installed.
 _BACKEND = keras.backend.backend()
 if _BACKEND == "tensorflow":
     import tensorflow as tf
@@ -68,10 +69,12 @@ if _BACKEND == "tensorflow":
     from tfx_accum.components.accumulation.micro_batches import check_splittable
 elif _BACKEND == "jax":
     from tfx_accum.components.accumulation import jax_step
+elif _BACKEND == "torch":
+    from tfx_accum.components.accumulation import torch_step
 else:
     raise ImportError(
         f"GradientAccumulationModel: the Keras backend {_BACKEND!r} is not supported; use "
-        "KERAS_BACKEND=tensorflow or KERAS_BACKEND=jax."
+        "KERAS_BACKEND=tensorflow, KERAS_BACKEND=jax or KERAS_BACKEND=torch."
     )
 
 __all__ = ["GradientAccumulationModel", "LOSS_REDUCTIONS"]
@@ -604,11 +607,15 @@ class GradientAccumulationModel(keras.Model):
         """One update from one batch: Keras's ``train_step`` for this backend.
 
         TensorFlow calls it with ``(data)``; JAX with ``(state, data)`` (its stateless
-        trainer), which :func:`components.accumulation.jax_step.train_step` serves.
+        trainer), which :func:`components.accumulation.jax_step.train_step` serves; PyTorch
+        with ``(data)``, served by :func:`components.accumulation.torch_step.train_step`.
         """
         if _BACKEND == "jax":
             object.__setattr__(self, "_entered_train_step", True)
             return jax_step.train_step(self, *args, plain_step=super().train_step)
+        if _BACKEND == "torch":
+            object.__setattr__(self, "_entered_train_step", True)
+            return torch_step.train_step(self, *args, plain_step=super().train_step)
         (data,) = args
         object.__setattr__(self, "_entered_train_step", True)
         if not tf.executing_eagerly():
