@@ -50,8 +50,20 @@ def fit_both(build, steps, fit_kwargs, compile_kwargs, optimizer="sgd", jit=Fals
     compile_kwargs = {"jit_compile": jit, **compile_kwargs}
     for model in (plain, ga):
         model.compile(optimizer=make_optimizer(), **compile_kwargs)
-        histories.append(model.fit(shuffle=False, verbose=0, **fit_kwargs).history)
+        try:
+            histories.append(model.fit(shuffle=False, verbose=0, **fit_kwargs).history)
+        except RuntimeError as error:
+            if model is ga or not kerass_torch_step_fails(error):
+                raise
+            pytest.skip(f"no reference: plain Keras {keras.__version__} fails on this model")
     return plain, ga, histories, tol
+
+
+def kerass_torch_step_fails(error: RuntimeError) -> bool:
+    """Whether ``error`` is Keras's own torch step failing in its backward pass: a layer
+    that assigns in place what the backward pass needs (a masked GlobalAveragePooling1D
+    in Keras 3.8 to 3.12, a stateful LSTM in 3.15.1; torch 2.13)."""
+    return keras.backend.backend() == "torch" and "modified by an inplace operation" in str(error)
 
 
 def assert_equivalent(plain, ga, tol):
