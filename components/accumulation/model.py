@@ -566,6 +566,22 @@ class GradientAccumulationModel(keras.Model):
             share = _divide_no_nan(numerator, step.denominators[index])
         return share, share, share, step.static_n
 
+    def _micro_batch_share(self, step: _Step, share, x, y, y_pred, sample_weight):
+        """``(objective, logged)``: a micro-batch's share of the whole batch's loss, to
+        differentiate, and what the loss log adds up. ``compute_loss`` runs in its collecting
+        mode (user overrides included), as the TensorFlow and PyTorch steps call it after the
+        micro-batch's forward pass; ``share`` is its fraction of the batch's samples."""
+        step.share = share
+        step.super_called, step.own_value = False, None
+        step.per_output, step.per_output_weights, step.log_delta = [], [], 0.0
+        step.collecting = True
+        try:
+            value = adapter.compute_loss(self, x, y, y_pred, sample_weight)
+        finally:
+            step.collecting = False
+        objective = self._objective(step, value)
+        return objective, objective + step.log_delta
+
     def _objective(self, step: _Step, value: tf.Tensor) -> tf.Tensor:
         """The micro-batch's share of the whole batch's loss, from compute_loss's value."""
         value = ops.cast(value, "float32")
@@ -680,18 +696,10 @@ class GradientAccumulationModel(keras.Model):
 
         def micro_step(cut, start, size, maybe_empty=False):
             xj, yj, swj = cut
-            step.share = tf.math.divide_no_nan(tf.cast(size, tf.float32), step.samples)
-            step.super_called, step.own_value = False, None
-            step.per_output, step.per_output_weights, step.log_delta = [], [], 0.0
+            share = tf.math.divide_no_nan(tf.cast(size, tf.float32), step.samples)
             with tf.GradientTape() as tape:
                 y_pred = self._forward(xj)
-                step.collecting = True
-                try:
-                    value = adapter.compute_loss(self, xj, yj, y_pred, swj)
-                finally:
-                    step.collecting = False
-                objective = self._objective(step, value)
-                logged = objective + step.log_delta
+                objective, logged = self._micro_batch_share(step, share, xj, yj, y_pred, swj)
                 if maybe_empty:
                     # A micro-batch without rows adds nothing, also where a value over its
                     # 0 rows (a mean) is NaN; its weight gradients are sums over 0 rows.

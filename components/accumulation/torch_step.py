@@ -89,17 +89,10 @@ def _accumulate(model, cuts, n, x, y, sw, activity_kinds) -> dict:
     metric_weights, uses_super = [], True
     for start, size in cuts:
         xj, yj, swj = _cut((x, y, sw), start, size)
-        step.share = ops.convert_to_tensor(size / n, "float32")
-        step.super_called, step.own_value = False, None
-        step.per_output, step.per_output_weights, step.log_delta = [], [], 0.0
         y_pred = model._forward(xj)
-        step.collecting = True
-        try:
-            value = adapter.compute_loss(model, xj, yj, y_pred, swj)
-        finally:
-            step.collecting = False
-        objective = model._objective(step, value)
-        logged = (objective + step.log_delta).detach()
+        share = ops.convert_to_tensor(size / n, "float32")
+        objective, logged = model._micro_batch_share(step, share, xj, yj, y_pred, swj)
+        logged = logged.detach()
         grads = torch.autograd.grad(
             model.optimizer.scale_loss(objective), parameters, allow_unused=True
         )

@@ -1,5 +1,6 @@
 """Equivalence of GradientAccumulationModel with plain training on the whole batch."""
 
+import contextlib
 import warnings
 
 import keras
@@ -233,11 +234,19 @@ def test_jit_compile_and_steps_per_execution(jit_compile, steps_per_execution):
     assert_equivalent(plain, ga, tol)
 
 
+@contextlib.contextmanager
+def dtype_policy(name: str):
+    keras.config.set_dtype_policy(name)
+    try:
+        yield
+    finally:
+        keras.config.set_dtype_policy("float32")
+
+
 @pytest.fixture
 def mixed_precision():
-    keras.mixed_precision.set_dtype_policy("mixed_float16")
-    yield
-    keras.mixed_precision.set_dtype_policy("float32")
+    with dtype_policy("mixed_float16"):
+        yield
 
 
 @JIT
@@ -263,9 +272,8 @@ def test_mixed_float16_matches_plain(mixed_precision, jit):
 
 @pytest.fixture
 def bfloat16_policy():
-    keras.config.set_dtype_policy("bfloat16")
-    yield
-    keras.config.set_dtype_policy("float32")
+    with dtype_policy("bfloat16"):
+        yield
 
 
 @JIT

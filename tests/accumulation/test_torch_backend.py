@@ -10,13 +10,7 @@ is imported, it runs in a fresh process.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-import textwrap
-from pathlib import Path
-
+import backend_runs
 import keras
 import numpy as np
 import pytest
@@ -28,75 +22,18 @@ torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.skipif(keras.backend.backend() != "torch", reason="KERAS_BACKEND=torch")
 
 
-def _run(code: str) -> dict:
-    env = {**os.environ, "KERAS_BACKEND": "torch", "TF_CPP_MIN_LOG_LEVEL": "3"}
-    proc = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
 def test_exact_on_torch_without_tensorflow_and_k_changes_between_fits():
     """Plain Keras on the whole batch vs the model at k=3, then k=5 on the same model, in a
     fresh process that never imports TensorFlow (torch.compile's own checks look for it
     with ``find_spec``, so it is not blocked, only asserted not imported)."""
-    result = _run(
-        """
-        import json, sys
-        import keras, numpy as np
-        from tfx_accum.components import GradientAccumulationModel
-
-        def build():
-            inputs = keras.Input((8,))
-            hidden = keras.layers.Dense(
-                16, activation="tanh", kernel_regularizer=keras.regularizers.L2(1e-2)
-            )(inputs)
-            return keras.Model(inputs, keras.layers.Dense(3, activation="softmax")(hidden))
-
-        rng = np.random.default_rng(0)
-        x = rng.normal(size=(100, 8)).astype("float32")
-        y = rng.integers(0, 3, 100).astype("int32")
-        sw = rng.uniform(0.1, 2.0, 100).astype("float32")
-        keras.utils.set_random_seed(0)
-        plain = build()
-        ga = GradientAccumulationModel.from_model(build(), gradient_accumulation_steps=3)
-        ga.set_weights(plain.get_weights())
-        diffs, logs = [], []
-        for k in (3, 5):
-            ga.gradient_accumulation_steps = k
-            for model in (plain, ga):
-                if getattr(model, "optimizer", None) is None:
-                    model.compile(
-                        optimizer=keras.optimizers.Adam(0.01),
-                        loss="sparse_categorical_crossentropy",
-                        metrics=["accuracy"],
-                    )
-            logs.append([
-                m.fit(x, y, sample_weight=sw, batch_size=32, epochs=2, shuffle=False,
-                      verbose=0).history
-                for m in (plain, ga)
-            ])
-            diffs.append(max(float(np.max(np.abs(a - b)))
-                             for a, b in zip(plain.get_weights(), ga.get_weights())))
-        print(json.dumps({
-            "diffs": diffs, "logs": logs,
-            "iterations": [int(m.optimizer.iterations) for m in (plain, ga)],
-            "tensorflow": "tensorflow" in sys.modules,
-            "backend": keras.backend.backend(),
-        }))
-        """
-    )
+    result = backend_runs.result(backend_runs.run(backend_runs.EXACT_AS_K_CHANGES, "torch"))
     assert result["backend"] == "torch" and result["tensorflow"] is False
     assert max(result["diffs"]) < 1e-4, result["diffs"]
     assert result["iterations"] == [16, 16]
-    for plain_logs, ga_logs in result["logs"]:
-        for key in ("loss", "accuracy"):
-            np.testing.assert_allclose(ga_logs[key], plain_logs[key], rtol=1e-5, err_msg=key)
+    plain_logs, ga_logs = result["logs"]
+    for key in ("loss", "accuracy"):
+        np.testing.assert_allclose(ga_logs[key], plain_logs[key], rtol=1e-5, err_msg=key)
+    assert result["traces"] == [0, 0]  # eager: each step reads k, nothing is traced
 
 
 class _SavedActivations:
@@ -198,21 +135,4 @@ def test_torch_compile_is_exact():
 
 def test_the_gpu_bench_runs_on_torch_and_reports_exactness(tmp_path):
     """bench/gpu_jax.py with --backend torch, ready for a GPU: its smoke shapes on this CPU."""
-    script = Path(__file__).resolve().parents[2] / "bench" / "gpu_jax.py"
-    result = _run(
-        f"""
-        import json, runpy, sys
-        sys.argv = [{str(script)!r}, "--backend", "torch", "--smoke", "--models", "convnet",
-                    "--steps", "2", "--out", {str(tmp_path)!r}]
-        runpy.run_path(sys.argv[0], run_name="__main__")
-        print(json.dumps({{"ok": True}}))
-        """
-    )
-    assert result == {"ok": True}
-    report = json.loads((tmp_path / "gpu_torch.json").read_text())
-    assert report["backend"] == "torch"
-    (row,) = report["rows"]
-    assert row["model"] == "convnet" and row["k"] == 4
-    assert row["max_abs_diff"] < 1e-5
-    assert row["ga_over_plain"] > 0 and row["ga_over_k_micro_steps"] > 0
-    assert (tmp_path / "gpu_torch.md").read_text().startswith("# GradientAccumulationModel on")
+    backend_runs.check_gpu_bench(tmp_path, "torch")
