@@ -14,8 +14,11 @@ Example:
 hp = Hyperparameters.from_values({"accumulation_steps": 4, "micro_batch_size": 32,
                                   "learning_rate": 1e-3})
 hp.effective_batch  # 128
-ModelSettings.from_custom_config({"model": "mlp", "num_classes": 3})
+ModelSettings(model="mlp", num_classes=3).to_custom_config()
 ```
+
+``custom_config`` as a whole (these settings and the search space, checked key by key) is
+:class:`~tfx_accum.components.module_config.ModuleConfig`.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import re
 from typing import Any
 
 from tfx_accum.components.data import tasks
+from tfx_accum.components.setting_words import CUSTOM_CONFIG, SettingWords
 
 __all__ = [
     "BLESS_METRICS",
@@ -42,7 +46,6 @@ __all__ = [
     "PRECISIONS",
     "TRAIN_STEPS",
     "TunerDecision",
-    "check_custom_config",
     "validate_positive_int",
 ]
 
@@ -68,43 +71,6 @@ EVAL_BATCH = 256  # batch size of validation passes (no gradients: not tuned)
 # custom_config["train_budget"]: the Trainer trains for the best trial's examples (the
 # default when tuning); otherwise for train_steps updates with early stopping.
 BEST_TRIAL_BUDGET = "best_trial"
-
-# The ``custom_config`` keys the Tuner and Trainer modules read besides ModelSettings' fields,
-# and what each is; a key that is none of these (nor TFX's own) is refused, never ignored.
-MODULE_CONFIG_KEYS = {
-    "search_space": "the Tuner's search space (SearchSpace.to_config())",
-    "search_root": "where the Tuner keeps its search, so that a rerun continues it",
-    "parallel_trials": "trials the Tuner runs at a time",
-    "worker_stall_seconds": "how long a parallel Tuner worker may use no CPU before it is killed",
-    "hyperparameters": "the Trainer's hyperparameters when there is no Tuner",
-    "backup_root": "where the Trainer backs up its training state",
-    "seed": "the search's seed, for the Trainer's initial weights and data order",
-    "train_budget": "'best_trial': the Trainer trains for the best trial's examples",
-    "statistics": "StatisticsGen's statistics (set by tfx_accum's Tuner and Trainer)",
-}
-# Read by TFX itself (its Google Cloud extensions: ai_platform_training_args, ...).
-TFX_CONFIG_PREFIXES = ("ai_platform_", "remote_trials_working_dir")
-
-
-def check_custom_config(config: dict[str, Any] | None) -> None:
-    """Refuses a ``custom_config`` key that nothing reads, naming the closest known one.
-
-    A misspelt key (``modle``, ``lable_key``) would otherwise be ignored and the run would
-    train the default model on the default label without a word.
-    """
-    import difflib
-
-    known = [f.name for f in dataclasses.fields(ModelSettings)] + list(MODULE_CONFIG_KEYS)
-    for key in config or {}:
-        if key in known or str(key).startswith(TFX_CONFIG_PREFIXES):
-            continue
-        close = difflib.get_close_matches(str(key), known, n=1, cutoff=0.6)
-        hint = f"did you mean {close[0]!r}? " if close else ""
-        raise ValueError(
-            f"custom_config key {key!r} is not one tfx-accum reads: {hint}"
-            f"the keys are {', '.join(sorted(known))}."
-        )
-
 
 # What a trial records beside its score (Keras Tuner metrics, and columns of trials.csv).
 TRIAL_EXAMPLES = "examples"  # training examples the trial's score is for
@@ -171,14 +137,16 @@ def is_model_function(model: Any) -> bool:
     return isinstance(model, str) and bool(MODEL_FUNCTION.match(model))
 
 
-def image_side(num_features: int, model_name: str) -> int:
-    """The side of the square image an image model reads the features as, or an error."""
+def image_side(num_features: int, model_name: str, words: SettingWords = CUSTOM_CONFIG) -> int:
+    """The side of the square image an image model reads the features as, or an error
+    (``words``: how it names the ``model`` setting)."""
     side = math.isqrt(num_features)
     if side * side != num_features or side < 3:
         why = "not a square number" if side * side != num_features else "too small an image"
         raise ValueError(
             f"Model {model_name!r} reads the features as a square image, but there are "
-            f"{num_features} feature columns ({why}). Use --model mlp for tabular data."
+            f"{num_features} feature columns ({why}). Use {words.setting('model', 'mlp')} for "
+            "tabular data."
         )
     return side
 
@@ -236,7 +204,12 @@ class ModelSettings:
     statistics (components/data/tasks.py). ``features``/``exclude_features``: the columns the
     model gets (components/data/columns.py); ``categorical_features``: integer columns that are
     categories, not quantities. ``precision``: the Keras dtype policy the model is built
-    under (:data:`PRECISIONS`).
+    under (:data:`PRECISIONS`). ``model_hyperparameters``: ``package.module:function``
+    returning the ``keras_tuner.HyperParameters`` a model function reads but does not
+    declare (TFX's penguin example's ``_get_hyperparameters``); searched with the rest.
+    ``model_code``: a model function's files and their SHA-256
+    (components/training/model_code.py), so that TFX's cache key holds the code; ``{}``
+    for a built-in model, and then left out of ``custom_config``.
     """
 
     model: str = DEFAULT_MODEL
@@ -247,6 +220,8 @@ class ModelSettings:
     exclude_features: tuple[str, ...] = ()
     categorical_features: tuple[str, ...] = ()
     precision: str = DEFAULT_PRECISION
+    model_hyperparameters: str | None = None
+    model_code: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         from tfx_accum.components.data.tasks import TASK_CHOICES, TASKS
@@ -278,20 +253,31 @@ class ModelSettings:
         if self.features is not None and not self.features:
             raise ValueError("`features` must name at least one column, or be left out.")
         check_precision(self.precision)
+        if self.model_hyperparameters is not None and not is_model_function(
+            self.model_hyperparameters
+        ):
+            raise ValueError(
+                "`model_hyperparameters` must name a function as package.module:function. "
+                f"Received: model_hyperparameters={self.model_hyperparameters!r}."
+            )
+        code = self.model_code
+        pairs = tuple(code.items()) if isinstance(code, dict) else tuple(map(tuple, code))
+        if not all(len(p) == 2 and all(isinstance(v, str) for v in p) for p in pairs):
+            raise ValueError(f"`model_code` must map file paths to digests. Received: {code!r}.")
+        object.__setattr__(self, "model_code", tuple(sorted(pairs)))
 
     def to_custom_config(self) -> dict[str, Any]:
         config = dataclasses.asdict(self)
         for name in ("features", "exclude_features", "categorical_features"):
             if config[name] is not None:
                 config[name] = list(config[name])
+        if config["model_hyperparameters"] is None:  # absent: the same keys as without it
+            del config["model_hyperparameters"]
+        if self.model_code:
+            config["model_code"] = dict(self.model_code)
+        else:  # a built-in model: the same keys as without the field
+            del config["model_code"]
         return config
-
-    @classmethod
-    def from_custom_config(cls, config: dict[str, Any] | None) -> ModelSettings:
-        """The settings of a module's whole ``custom_config`` (unknown keys refused)."""
-        check_custom_config(config)
-        config = config or {}
-        return cls(**{f.name: config[f.name] for f in dataclasses.fields(cls) if f.name in config})
 
 
 @dataclasses.dataclass(frozen=True)

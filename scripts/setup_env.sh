@@ -58,7 +58,7 @@ pip_install() {  # the installer's own output goes to the log; shown only if it 
     exit 1
   fi
 }
-pip_install -c constraints.txt -e ".[tfx,test]"
+pip_install -c constraints.txt -e ".[tfx,test,dask]"
 # Current KFP protos for strict validation of compiled pipelines (kubeflow/validate_spec.py),
 # in a directory of their own: they need protobuf 6, TFX 1.16 needs protobuf 3.20.
 rm -rf "$VENV/kfp-spec"

@@ -76,6 +76,7 @@ SHARED_SESSION_FIXTURES = {
         "tests/search/test_parallel_search.py",
         "tests/pipeline/test_pipeline_e2e.py",
         "tests/search/test_search_at_scale.py",
+        "tests/pipeline/test_dask_e2e.py",
     ),
     "image": (
         "tests/kubeflow/test_image.py",

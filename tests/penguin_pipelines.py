@@ -19,6 +19,7 @@ import csv
 from pathlib import Path
 
 import tensorflow as tf
+from tfx_example_runs import blessed_and_pushed, bulk_inferrer, local_pipeline, tuner_and_trainer
 
 FEATURES = ["culmen_length_mm", "culmen_depth_mm", "flipper_length_mm", "body_mass_g"]
 LABEL = "species"
@@ -95,30 +96,14 @@ def create_pipeline(
         examples, label = transform_component.outputs["transformed_examples"], LABEL + "_xf"
         extra = {"transform_graph": transform_component.outputs["transform_graph"]}
     config = {"label_key": label, "model": "mlp"}
-    tuner = tfx.components.Tuner(
-        tuner_fn="tfx_accum.components.search.tuner.tuner_fn",
+    tuner, trainer = tuner_and_trainer(
+        tfx,
+        {**config, "search_space": SEARCH_SPACE},
+        config,
         examples=examples,
         schema=schema_gen.outputs["schema"],
-        train_args=tfx.proto.TrainArgs(num_steps=100),
-        eval_args=tfx.proto.EvalArgs(num_steps=5),
-        custom_config={**config, "search_space": SEARCH_SPACE},
         **extra,
     )
-    trainer = tfx.components.Trainer(
-        run_fn="tfx_accum.components.training.trainer.run_fn",
-        examples=examples,
-        schema=schema_gen.outputs["schema"],
-        hyperparameters=tuner.outputs["best_hyperparameters"],
-        train_args=tfx.proto.TrainArgs(num_steps=100),
-        eval_args=tfx.proto.EvalArgs(num_steps=5),
-        custom_config=config,
-        **extra,
-    )
-    model_resolver = tfx.dsl.Resolver(
-        strategy_class=tfx.dsl.experimental.LatestBlessedModelStrategy,
-        model=tfx.dsl.Channel(type=tfx.types.standard_artifacts.Model),
-        model_blessing=tfx.dsl.Channel(type=tfx.types.standard_artifacts.ModelBlessing),
-    ).with_id("latest_blessed_model_resolver")
     accuracy = tfma.MetricConfig(
         class_name="SparseCategoricalAccuracy",
         threshold=tfma.MetricThreshold(
@@ -136,22 +121,13 @@ def create_pipeline(
         )
     else:  # the example's, on raw examples: the label as it is
         model_spec = tfma.ModelSpec(signature_name="serving_default", label_key=LABEL)
-    evaluator = tfx.components.Evaluator(
-        examples=example_gen.outputs["examples"],
-        model=trainer.outputs["model"],
-        baseline_model=model_resolver.outputs["model"],
-        eval_config=tfma.EvalConfig(
-            model_specs=[model_spec],
-            slicing_specs=[tfma.SlicingSpec()],
-            metrics_specs=[tfma.MetricsSpec(metrics=[accuracy])],
-        ),
+    eval_config = tfma.EvalConfig(
+        model_specs=[model_spec],
+        slicing_specs=[tfma.SlicingSpec()],
+        metrics_specs=[tfma.MetricsSpec(metrics=[accuracy])],
     )
-    pusher = tfx.components.Pusher(
-        model=trainer.outputs["model"],
-        model_blessing=evaluator.outputs["blessing"],
-        push_destination=tfx.proto.PushDestination(
-            filesystem=tfx.proto.PushDestination.Filesystem(base_directory=str(serving_dir))
-        ),
+    resolver, evaluator, pusher = blessed_and_pushed(
+        tfx, trainer, example_gen.outputs["examples"], eval_config, serving_dir
     )
     unlabelled_gen = tfx.components.CsvExampleGen(
         input_base=str(unlabelled),
@@ -161,24 +137,11 @@ def create_pipeline(
             )
         ),
     ).with_id("unlabelled_example_gen")
-    bulk_inferrer = tfx.components.BulkInferrer(
-        examples=unlabelled_gen.outputs["examples"],
-        model=trainer.outputs["model"],
-        model_blessing=evaluator.outputs["blessing"],
-        data_spec=tfx.proto.DataSpec(example_splits=["unlabelled"]),
-        model_spec=tfx.proto.ModelSpec(),
+    inferrer = bulk_inferrer(
+        tfx, trainer, evaluator, unlabelled_gen.outputs["examples"], "unlabelled"
     )
-    components += [tuner, trainer, model_resolver, evaluator, pusher, unlabelled_gen]
-    components.append(bulk_inferrer)
-    return tfx.dsl.Pipeline(
-        pipeline_name=name,
-        pipeline_root=str(root / "pipeline"),
-        components=components,
-        metadata_connection_config=tfx.orchestration.metadata.sqlite_metadata_connection_config(
-            str(root / "metadata.db")
-        ),
-        enable_cache=False,
-    )
+    components += [tuner, trainer, resolver, evaluator, pusher, unlabelled_gen, inferrer]
+    return local_pipeline(tfx, name, root, components)
 
 
 def run(root: Path, transform: bool) -> Path:

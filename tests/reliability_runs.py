@@ -230,3 +230,38 @@ def fill(directory: Path) -> Path:
     finally:
         os.close(fd)
     return filler
+
+
+def digits_csv(path: Path, invert: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """900 rows of the digits as ``p0..p63,label``; ``invert``: every label ``9 - label``
+    (one digit either way: the file keeps its size). Returns the pixels and the labels."""
+    from sklearn.datasets import load_digits
+
+    digits = load_digits()
+    x, y = digits.data[:900].astype(int), digits.target[:900]
+    labels = 9 - y if invert else y
+    header = ",".join([f"p{i}" for i in range(64)] + ["label"])
+    rows = [",".join(map(str, [*row, label])) for row, label in zip(x, labels)]
+    path.write_text("\n".join([header, *rows]) + "\n")
+    return x, labels
+
+
+def served_accuracy(model_dir: Path, x: np.ndarray, labels: np.ndarray) -> float:
+    """The accuracy of the SavedModel in ``model_dir`` served as TF Serving would: raw
+    ``tf.Example``s of :func:`digits_csv`'s pixels in, its ``scores`` out."""
+    import tensorflow as tf
+
+    examples = [
+        tf.train.Example(
+            features=tf.train.Features(
+                feature={
+                    f"p{i}": tf.train.Feature(int64_list=tf.train.Int64List(value=[int(v)]))
+                    for i, v in enumerate(row)
+                }
+            )
+        ).SerializeToString()
+        for row in x
+    ]
+    serve = tf.saved_model.load(str(model_dir)).signatures["serving_default"]
+    scores = serve(examples=tf.constant(examples))["scores"].numpy()
+    return float(np.mean(scores.argmax(axis=1) == labels))

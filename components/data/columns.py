@@ -2,8 +2,8 @@
 
 Shared by the command line's data check and the Tuner and Trainer (no TensorFlow):
 
-- :func:`select_features`: ``--features`` (only these) and ``--exclude-features``; a
-  name that is not in the data is an error naming the columns there are;
+- :func:`select_features`: ``features`` (only these) and ``exclude_features``; a
+  name that is not in the data is an error naming the columns there are, closest first;
 - :func:`input_names`: a valid Keras/TensorFlow name for every feature. The data's own
   name is kept where it is one (``pixel_00``); otherwise (``sepal length (cm)``,
   ``od280/od315_of_diluted_wines``) characters outside ``[A-Za-z0-9_.-]`` become ``_``,
@@ -23,6 +23,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 
+from tfx_accum.components.setting_words import CUSTOM_CONFIG, SettingWords, by_closeness
+
 # TensorFlow's root name-scope pattern, which every Keras layer name must match.
 _VALID = re.compile(r"^[A-Za-z0-9.][A-Za-z0-9_.\-]*$")
 
@@ -36,25 +38,28 @@ def select_features(
     label_key: str,
     features: Iterable[str] | None = None,
     exclude: Iterable[str] = (),
+    words: SettingWords = CUSTOM_CONFIG,
 ) -> list[str]:
     """The features the model gets, in the data's order: ``names`` without the label,
-    only ``features`` when given, without ``exclude``."""
+    only ``features`` when given, without ``exclude``. ``words``: how the messages name
+    the two settings (``custom_config``'s keys, or the command line's flags)."""
     available = [n for n in names if n != label_key]
     features, exclude = (list(features) if features else None), list(exclude or ())
-    for setting, chosen in (("--features", features or []), ("--exclude-features", exclude)):
+    for key, chosen in (("features", features or []), ("exclude_features", exclude)):
+        setting = words.name(key)
         unknown = [n for n in chosen if n not in available]
         if label_key in unknown:
             raise ColumnError(f"{setting} names the label {label_key!r}, which is never a feature.")
         if unknown:
             raise ColumnError(
                 f"{setting} names {', '.join(map(repr, unknown))}, not a feature of the data "
-                f"(features: {_shown(available)})."
+                f"(features, closest first: {_shown(by_closeness(unknown[0], available))})."
             )
     kept = [n for n in available if (features is None or n in features) and n not in exclude]
     if not kept:
         raise ColumnError(
-            "No feature is left for the model after --features/--exclude-features "
-            f"(features: {_shown(available)})."
+            f"No feature is left for the model after {words.name('features')}/"
+            f"{words.name('exclude_features')} (features: {_shown(available)})."
         )
     return kept
 

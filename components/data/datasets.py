@@ -17,8 +17,10 @@ trial's configuration on the same examples, reports the same score on it.
 
 A split whose parsed values exceed ``CACHE_BYTES`` is streamed: every epoch reads the
 examples from ExampleGen's files again (the shuffle buffer is the only thing held), so
-memory does not grow with the data. A smaller split is cached, parsed, in blocks of
-``_READ_BATCH`` examples: re-parsing small data every epoch would cost more than holding it.
+memory does not grow with the data. A smaller split is read to its end once and held,
+preprocessed, in blocks of ``_READ_BATCH`` examples (:func:`_read_whole`): re-parsing small
+data every epoch would cost more than holding it. Whatever is held is the count read, and
+that count is checked against the statistics' (:class:`SplitCountError`).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import dataclasses
 import hashlib
 import json
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import tensorflow as tf
@@ -46,7 +48,11 @@ from tfx_accum.components.data.raw_features import dense_raw
 from tfx_accum.components.data.statistics import SplitStatistics
 from tfx_accum.components.data.tfxio_parsing import parsed_batches, records
 from tfx_accum.components.data.transform import transform_output_path, transformed_schema
-from tfx_accum.components.settings import ModelSettings, is_model_function
+from tfx_accum.components.setting_words import CUSTOM_CONFIG
+from tfx_accum.components.settings import is_model_function
+
+if TYPE_CHECKING:
+    from tfx_accum.components.custom_config import ModuleConfig
 
 _READ_BATCH = 256
 CACHE_BYTES = 64 * 2**20  # a split up to this many bytes of float32 values is cached
@@ -56,6 +62,11 @@ MEMORY_BYTES = 256 * 2**20
 SHUFFLE_BUFFER = 4096  # examples the training stream shuffles among (``batched``)
 VALIDATION_EVERY = 5  # every 5th training example is held out for validation (20 %)
 STATISTICS_KEY = "statistics"  # custom_config: the ExampleStatistics artifact's URI
+
+
+class SplitCountError(RuntimeError):
+    """Examples read or held are not the count they should be: nothing is trained on part
+    of a split, and no line reports a count that was not read."""
 
 
 def load_schema(schema_path: str) -> schema_pb2.Schema:
@@ -88,15 +99,15 @@ class Splits:
 
 
 def split_statistics(
-    fn_args, schema: schema_pb2.Schema, component: str
+    fn_args, schema: schema_pb2.Schema, component: str, uri: str | None = None
 ) -> tuple[SplitStatistics, SplitStatistics | None]:
     """The training and eval splits' statistics: StatisticsGen's where the component hands
-    them over (tfx_accum's Tuner and Trainer), else computed by TFDV over the examples.
+    them over (tfx_accum's Tuner and Trainer: their ``uri``), else computed by TFDV over the
+    examples.
 
     TFX's stock Tuner and Trainer take no statistics; the module then computes the same
     statistics itself, over the examples it is given, and says so in one line.
     """
-    uri = (fn_args.custom_config or {}).get(STATISTICS_KEY)
     transformed = transform_output_path(fn_args) is not None
     if uri and not transformed:
         train = SplitStatistics.load(uri, "train")
@@ -176,23 +187,34 @@ def _sample(fn_args, schema: schema_pb2.Schema) -> dict[str, list[bytes]]:
     return sample
 
 
-def describe_data(fn_args, settings: ModelSettings, component: str) -> DataDescription:
+def describe_data(fn_args, config: ModuleConfig, component: str) -> DataDescription:
     """The model's inputs, label and task, from the schema and the statistics.
 
     A model function's model gets only the inputs it declares (components/training/custom_model.py):
     the description is narrowed to them, so they alone are read, preprocessed and served.
-    ``component`` (``tuner``, ``trainer``) prefixes the lines it prints.
+    ``config``: the module's ``custom_config``; ``component`` prefixes the lines it prints.
     """
+    settings = config.model_settings
     schema = examples_schema(fn_args)
-    train, evaluation = split_statistics(fn_args, schema, component)
-    data = describe(schema, train, settings, evaluation, _sample(fn_args, schema))
+    train, evaluation = split_statistics(fn_args, schema, component, config.statistics)
+    data = describe(
+        schema,
+        train,
+        settings,
+        evaluation,
+        _sample(fn_args, schema),
+        transformed=transform_output_path(fn_args) is not None,
+    )
     if settings.task is None:  # nobody decided it before (the command line's check does)
-        console.say(f"[{component}] task: {data.task} ({data.task_reason}; --task to choose)")
+        console.say(
+            f"[{component}] task: {data.task} ({data.task_reason}; "
+            f"{CUSTOM_CONFIG.name('task')} to choose)"
+        )
     say_near_constant(data, component)
     if is_model_function(settings.model):
         from tfx_accum.components.training.custom_model import narrow_to_declared
 
-        data = narrow_to_declared(settings.model, data, component)
+        data = narrow_to_declared(settings, data, component)
     return data
 
 
@@ -229,7 +251,7 @@ def read_splits(fn_args, data: DataDescription) -> Splits:
         preprocess, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
     )
     if count * data.values_per_example * 4 <= CACHE_BYTES:
-        blocks = blocks.cache()
+        blocks = _read_whole(blocks, count)
     return Splits(
         held_out_part(blocks, held_out=False),
         held_out_part(blocks, held_out=True),
@@ -239,6 +261,41 @@ def read_splits(fn_args, data: DataDescription) -> Splits:
         validation_size,
         blocks=blocks,
     )
+
+
+def _read_whole(blocks: tf.data.Dataset, expected: int) -> tf.data.Dataset:
+    """``blocks`` read once to their end and held as tensors, in the same blocks; their
+    example count must be ``expected`` (the statistics' count of the split).
+
+    Not ``Dataset.cache()``: TensorFlow finalises an in-memory cache when its input reports
+    the end, and an input below a consumer that stops early (a ``take`` under a parallel
+    map, Keras's ``evaluate`` of one batch) can report the end when that consumer's reader
+    is cancelled: the cache is then final with the examples read so far, and every later
+    read of the split gets only those (tests/data/test_split_counts.py: a few partial reads
+    of a cached split cut it to its first block). Read here to the end, in one pass, the
+    count is known and checked before anything trains on it.
+    """
+    parts = [tf.nest.map_structure(lambda t: t.numpy(), block) for block in blocks]
+    read = sum(len(tf.nest.flatten(part)[0]) for part in parts)
+    if read != expected:
+        raise SplitCountError(
+            f"Read {read:,} examples of the training split where its statistics count "
+            f"{expected:,}: the examples changed after the statistics were computed, or the "
+            "read was cut short. Nothing is trained on part of the split; run the pipeline "
+            "again from ExampleGen (without its cache)."
+        )
+    joined = tf.nest.map_structure(lambda *arrays: np.concatenate(arrays), *parts)
+    return tf.data.Dataset.from_tensor_slices(joined).batch(_READ_BATCH)
+
+
+def _checked_count(held: int, asked: int, what: str) -> int:
+    """``held`` (examples held in memory), which must be ``asked``."""
+    if held != asked:
+        raise SplitCountError(
+            f"Held {held:,} {what} examples in memory where {asked:,} were asked for: the "
+            "split ended early. Nothing is trained or scored on fewer examples than reported."
+        )
+    return held
 
 
 def held_out_part(blocks: tf.data.Dataset, held_out: bool) -> tf.data.Dataset:
@@ -288,11 +345,12 @@ class HeldInMemory:
     nbytes: int
 
     @classmethod
-    def first(cls, dataset: tf.data.Dataset, count: int) -> HeldInMemory:
+    def first(cls, dataset: tf.data.Dataset, count: int, what: str = "") -> HeldInMemory:
+        """The first ``count`` examples of ``dataset``, which must have that many."""
         tensors = dataset.take(count).batch(max(1, count)).get_single_element()
         held = tf.nest.map_structure(lambda t: t.numpy(), tensors)
         nbytes = sum(a.nbytes for a in tf.nest.flatten(held))
-        count = len(tf.nest.flatten(held)[0])
+        count = _checked_count(len(tf.nest.flatten(held)[0]), count, what or "the split's")
         return cls(tf.data.Dataset.from_tensor_slices(held), count, nbytes)
 
 
@@ -320,14 +378,16 @@ def held_parts(splits: Splits, train: int, validation: int) -> tuple[HeldInMemor
     joined = tf.nest.map_structure(lambda *parts: np.concatenate(parts)[:needed], *blocks)
     held_out = np.arange(min(rows, needed)) % every == every - 1
 
-    def held(mask: np.ndarray, count: int) -> HeldInMemory:
+    def held(mask: np.ndarray, count: int, what: str) -> HeldInMemory:
         part = tf.nest.map_structure(lambda a: a[mask][:count], joined)
         flat = tf.nest.flatten(part)
         return HeldInMemory(
-            tf.data.Dataset.from_tensor_slices(part), len(flat[0]), sum(a.nbytes for a in flat)
+            tf.data.Dataset.from_tensor_slices(part),
+            _checked_count(len(flat[0]), count, what),
+            sum(a.nbytes for a in flat),
         )
 
-    return held(~held_out, train), held(held_out, validation)
+    return held(~held_out, train, "training"), held(held_out, validation, "held-out")
 
 
 def fits_in_memory(count: int, data: DataDescription) -> bool:

@@ -4,7 +4,11 @@
 from __future__ import annotations
 
 NUMERIC, STRING, IMAGE = "numeric", "string", "image"
-CATEGORICAL = "categorical"  # integer categories (--categorical, or the schema says so)
+CATEGORICAL = "categorical"  # integer categories (categorical_features, or the schema says so)
+# A feature as Transform (or ExampleGen) wrote it, with its own dtype and shape: what a TFX
+# module's own model declares as an input (components/training/custom_model.py).
+TENSOR = "tensor"
+MAX_INDEX_RANGE = 1_000_000  # a categorical domain wider than this is looked up, not indexed
 MAX_VOCABULARY = 1_000  # most frequent values of a text feature kept in its vocabulary
 _IMAGE_MAGIC = (b"\x89PNG\r\n\x1a\n", b"\xff\xd8\xff")  # PNG, JPEG
 

@@ -67,14 +67,17 @@ from tfx_accum.components.data.columns import input_names, select_features
 from tfx_accum.components.data.feature_kinds import (
     CATEGORICAL,
     IMAGE,
+    MAX_INDEX_RANGE,
     MAX_VOCABULARY,
     NUMERIC,
     STRING,
+    TENSOR,
     is_image,
 )
 from tfx_accum.components.data.raw_features import raw_spec
 from tfx_accum.components.data.statistics import SplitStatistics
 from tfx_accum.components.data.tasks import REGRESSION, LabelFacts, infer_task, is_classification
+from tfx_accum.components.setting_words import CUSTOM_CONFIG, SettingWords, by_closeness
 from tfx_accum.components.settings import ModelSettings, is_model_function
 
 MIN_PRESENT = 10  # numeric values below which a feature's spread cannot be trusted
@@ -103,6 +106,12 @@ class InputFeature:
     vocabulary: tuple[str, ...] = ()
     image_shape: tuple[int, int, int] = (0, 0, 0)  # height, width, channels
     variance_floored: bool = False  # near-constant: the variance is a floor, not measured
+    # Categorical with the schema's index domain (Transform's vocabularies and buckets):
+    # the values are indices (minus the domain's minimum), not looked up.
+    domain: tuple[int, int] | None = None  # (min, max)
+    # Values per example as the schema fixes them (``()``: one; None: any number).
+    schema_shape: tuple[int, ...] | None = ()
+    tensor_shape: tuple[int, ...] = (1,)  # TENSOR: the shape the model declares
 
     def __post_init__(self) -> None:
         if not self.input_name:
@@ -111,18 +120,30 @@ class InputFeature:
     @property
     def input_shape(self) -> tuple[int, ...]:
         """The shape of one example's model input."""
+        if self.kind == TENSOR:
+            return self.tensor_shape
         return self.image_shape if self.kind == IMAGE else (1,)
 
     @property
     def input_dtype(self) -> str:
+        if self.kind == TENSOR:
+            return self.raw_dtype
         return "int64" if self.kind in (STRING, CATEGORICAL) else "float32"
 
     @property
     def index_size(self) -> int:
-        """Indices a string or categorical input takes (0: missing or unseen)."""
+        """Indices a string or categorical input takes (0: missing or unseen; with a
+        schema's domain, 0 and then one index per value of the domain, in order)."""
+        if self.domain is not None:
+            return self.domain[1] - self.domain[0] + 2
         if self.kind == CATEGORICAL and not self.vocabulary:
             return CATEGORY_BINS
         return len(self.vocabulary) + 1
+
+    @property
+    def values_per_example(self) -> int | None:
+        """Values one example holds by the schema (None: any number)."""
+        return None if self.schema_shape is None else int(np.prod(self.schema_shape or (1,)))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -305,44 +326,91 @@ def _label_facts(
     return facts, ()
 
 
+def _schema_shape(feature: schema_pb2.Feature) -> tuple[int, ...] | None:
+    """Values per example as the schema fixes them: ``()`` one, None any number."""
+    if not feature.HasField("shape"):
+        return None
+    return tuple(int(d.size) for d in feature.shape.dim)
+
+
+def _domain(feature: schema_pb2.Feature) -> tuple[int, int] | None:
+    """A categorical integer feature's index range, where the schema gives one (what
+    Transform writes for ``compute_and_apply_vocabulary`` and ``bucketize``)."""
+    if not feature.HasField("int_domain"):
+        return None
+    domain = feature.int_domain
+    if not (domain.is_categorical and domain.HasField("min") and domain.HasField("max")):
+        return None
+    if not 0 <= domain.max - domain.min < MAX_INDEX_RANGE:
+        return None
+    return int(domain.min), int(domain.max)
+
+
+def missing_label_message(
+    label_key: str, columns: Iterable[str], transformed: bool, words: SettingWords = CUSTOM_CONFIG
+) -> str:
+    """One line: the label is not a column; the columns closest to it first (a raw name
+    finds its transformed one: ``tips`` -> ``tips_xf``)."""
+    columns = list(columns)
+    ranked = by_closeness(label_key, columns)
+    close = [c for c in ranked if label_key.lower() in c.lower() or c.lower() in label_key.lower()]
+    where = "Transform's transformed examples" if transformed else "the data"
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    shown = ", ".join(ranked[:20]) + (
+        f", ... ({len(ranked) - 20} more)" if len(ranked) > 20 else ""
+    )
+    return (
+        f"{words.name('label_key')} {label_key!r} is not a column of {where}: {hint}"
+        f"the columns, closest first: {shown}."
+    )
+
+
 def describe(
     schema: schema_pb2.Schema,
     train: SplitStatistics,
     settings: ModelSettings,
     evaluation: SplitStatistics | None = None,
     sample: dict[str, list[bytes]] | None = None,
+    transformed: bool = False,
+    words: SettingWords = CUSTOM_CONFIG,
 ) -> DataDescription:
     """The model's inputs, label and task from the schema and the training statistics.
 
     ``evaluation``: the eval split's statistics (labels the training split lacks are
     classes too). ``sample``: the first examples' BYTES values by feature (images are told
-    from text by them). Raises ``ValueError`` naming what does not fit.
+    from text by them). ``transformed``: the schema is Transform's (for the messages).
+    ``words``: how the messages name the settings (``custom_config``'s keys, or the
+    command line's flags). Raises ``ValueError`` naming what does not fit.
+
+    An integer feature whose schema declares a categorical domain with a range (what
+    Transform writes for its vocabularies and buckets) is categorical, indexed by that
+    range: no list of columns by hand.
     """
     by_name = {f.name: f for f in schema.feature}
     label_key = settings.label_key
     if label_key not in by_name:
-        shown = ", ".join(sorted(by_name, key=natural_key)[:10])
-        raise ValueError(
-            f"The label column {label_key!r} is not in the data (columns: {shown}...). "
-            "Set the label key."
-        )
+        raise ValueError(missing_label_message(label_key, by_name, transformed, words))
     if train.num_examples == 0:
         raise ValueError("The training split is empty: the data has no rows to train on.")
     names = sorted((n for n in by_name if n != label_key), key=natural_key)
-    chosen = select_features(names, label_key, settings.features, settings.exclude_features)
+    chosen = select_features(
+        names, label_key, settings.features, settings.exclude_features, words=words
+    )
     safe = input_names(chosen)
     categorical = set(settings.categorical_features)
     unknown = sorted(categorical - set(chosen))
+    setting = words.name("categorical_features")
     if unknown:
-        raise ValueError(f"--categorical names {unknown}, which are not features of the model.")
+        raise ValueError(f"{setting} names {unknown}, which are not features of the model.")
     features = []
     for name in chosen:
         spec, dtype = by_name[name], _raw_dtype(by_name[name])
+        domain = _domain(spec) if dtype == "int64" else None
         declared = spec.HasField("int_domain") and spec.int_domain.is_categorical
         if (name in categorical or declared) and dtype != "string":  # text: categories already
             if dtype != "int64":
                 raise ValueError(
-                    f"--categorical {name!r}: only integer and text columns can be declared "
+                    f"{setting} {name!r}: only integer and text columns can be declared "
                     f"categorical ({name!r} holds fractional numbers)."
                 )
             feature = InputFeature(
@@ -350,16 +418,19 @@ def describe(
                 CATEGORICAL,
                 dtype,
                 missing=train.num_examples - train.present(name),
-                vocabulary=_vocabulary(name, train),
+                vocabulary=() if domain else _vocabulary(name, train),
+                domain=domain,
             )
         elif dtype == "string":
             feature = _bytes_feature(name, train, sample or {})
         else:
             feature = _numeric(name, dtype, train)
-        features.append(dataclasses.replace(feature, input_name=safe[name]))
+        features.append(
+            dataclasses.replace(feature, input_name=safe[name], schema_shape=_schema_shape(spec))
+        )
     splits = [train] + ([evaluation] if evaluation is not None else [])
     facts, vocabulary = _label_facts(by_name[label_key], splits)
-    inference = infer_task(facts, settings.task, settings.num_classes)
+    inference = infer_task(facts, settings.task, settings.num_classes, words)
     label_mean, label_variance = 0.0, 1.0
     if inference.task == REGRESSION:
         stats = train.feature(label_key)
@@ -386,7 +457,9 @@ def describe(
     )
 
 
-def say_near_constant(data: DataDescription, component: str) -> None:
+def say_near_constant(
+    data: DataDescription, component: str, words: SettingWords = CUSTOM_CONFIG
+) -> None:
     """One warning line naming the features whose variance is a floor (if any)."""
     floored = [f.name for f in data.features if f.variance_floored]
     if floored:
@@ -394,7 +467,8 @@ def say_near_constant(data: DataDescription, component: str) -> None:
         console.say(
             f"[{component}] warning: {len(floored)} near-constant numeric feature(s) "
             f"({shown}): fewer than {MIN_PRESENT} values or no spread in the training split, "
-            "so their normalisation uses a variance floor; --exclude-features to drop them"
+            f"so their normalisation uses a variance floor; {words.name('exclude_features')} "
+            "to drop them"
         )
 
 
@@ -468,6 +542,14 @@ def _category_step(feature: InputFeature, name: str) -> keras.layers.Layer:
     return keras.layers.Hashing(CATEGORY_BINS - 1, name=name)  # + 1 below: 0 stays unused
 
 
+def _domain_index(value: tf.Tensor, domain: tuple[int, int]) -> tf.Tensor:
+    """A value of the domain ``(low, high)`` as its index ``value - low + 1``; 0 for a
+    missing value or one outside the domain."""
+    value = tf.cast(value, tf.int64)
+    inside = (value >= domain[0]) & (value <= domain[1])
+    return tf.where(inside, value - domain[0] + 1, tf.zeros_like(value))
+
+
 class Preprocessor(keras.layers.Layer):
     """Raw features (:func:`dense_raw`) to the model's inputs (keyed by their input names),
     and raw labels to what the model learns. Runs in the input pipeline and in serving."""
@@ -483,8 +565,10 @@ class Preprocessor(keras.layers.Layer):
             )
         for feature in data.features:
             name = feature.input_name
-            if feature.kind == NUMERIC:
-                if not data.numeric_vector:
+            if feature.kind == NUMERIC or (
+                feature.kind == TENSOR and feature.raw_dtype == "float32"
+            ):
+                if not (data.numeric_vector and feature.kind == NUMERIC):
                     self.steps[feature.name] = FillMissing(feature.mean, name=f"fill_{name}")
             elif feature.kind == STRING:
                 # Index 0: missing ("") and values outside the vocabulary.
@@ -493,9 +577,9 @@ class Preprocessor(keras.layers.Layer):
                     output_mode="int",
                     name=f"lookup_{name}",
                 )
-            elif feature.kind == CATEGORICAL:
+            elif feature.kind == CATEGORICAL and feature.domain is None:
                 self.steps[feature.name] = _category_step(feature, f"category_{name}")
-            else:
+            elif feature.kind == IMAGE:
                 self.steps[feature.name] = DecodeImage(*feature.image_shape, name=f"decode_{name}")
         self.label_lookup = (
             keras.layers.StringLookup(
@@ -515,10 +599,14 @@ class Preprocessor(keras.layers.Layer):
             columns = [raw[f.name] for f in self.data.kind(NUMERIC)]
             inputs[NUMERIC_VECTOR] = self.steps[NUMERIC_VECTOR](tf.concat(columns, axis=1))
         for feature in self.data.features:
-            if feature.name not in self.steps:  # a numeric column of NUMERIC_VECTOR
+            if self.data.numeric_vector and feature.kind == NUMERIC:  # in NUMERIC_VECTOR
                 continue
-            value = self.steps[feature.name](raw[feature.name])
-            if feature.kind == CATEGORICAL and not feature.vocabulary:
+            value = raw[feature.name]
+            if feature.name in self.steps:
+                value = self.steps[feature.name](value)
+            if feature.kind == CATEGORICAL and feature.domain is not None:
+                value = _domain_index(value, feature.domain)
+            elif feature.kind == CATEGORICAL and not feature.vocabulary:
                 value = tf.cast(value, tf.int64) + 1
             inputs[feature.input_name] = value
         return inputs

@@ -28,10 +28,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import tensorflow as tf
 
-from tfx_accum.components.data.feature_kinds import CATEGORICAL, NUMERIC, STRING
+from tfx_accum.components.data.feature_kinds import CATEGORICAL, NUMERIC, STRING, TENSOR
 
 if TYPE_CHECKING:  # features.py imports this module
-    from tfx_accum.components.data.features import DataDescription
+    from tfx_accum.components.data.features import DataDescription, InputFeature
 
 
 def raw_spec(names_and_dtypes: dict[str, str]) -> dict[str, tf.io.RaggedFeature]:
@@ -81,6 +81,36 @@ def _first_numbers(columns: list[tf.RaggedTensor]) -> list[tf.Tensor]:
     return tf.split(tf.transpose(first), len(columns), axis=1)
 
 
+_TENSOR_FILLS = {"float32": np.nan, "int64": 0, "string": ""}
+
+
+def _as_declared(column, feature: InputFeature) -> tf.Tensor:
+    """A ``TENSOR`` feature in the shape its model declares, ``(batch, *shape)``, in its
+    own dtype; a missing value filled (numbers NaN, which ``FillMissing`` replaces with
+    the mean; integers 0 and strings "", as TFX's examples fill them). An input of more
+    than one value takes exactly that many per example: another count fails, never padded."""
+    fill = _TENSOR_FILLS[feature.raw_dtype]
+    size = int(np.prod(feature.tensor_shape))
+    if isinstance(column, tf.SparseTensor):
+        column = tf.RaggedTensor.from_sparse(column)
+    if isinstance(column, tf.RaggedTensor):
+        if size > 1:
+            lengths = column.row_lengths()
+            check = tf.debugging.assert_equal(
+                lengths,
+                tf.cast(size, lengths.dtype),
+                message=f"feature {feature.name!r} must have {size} values in every example",
+            )
+            with tf.control_dependencies([check]):
+                column = tf.identity(column.to_tensor(default_value=fill, shape=[None, size]))
+        else:
+            column = column.to_tensor(default_value=fill, shape=[None, 1])
+    column = tf.convert_to_tensor(column)
+    if feature.raw_dtype == "float32":
+        column = tf.cast(column, tf.float32)
+    return tf.reshape(column, [-1, *feature.tensor_shape])
+
+
 @tf.autograph.experimental.do_not_convert  # Python over features, no tensor control flow
 def dense_raw(parsed: dict[str, Any], data: DataDescription, with_label: bool = False):
     """Parsed features (``tf.io.parse_example``'s ragged, or TFXIO's dense and sparse
@@ -108,6 +138,8 @@ def dense_raw(parsed: dict[str, Any], data: DataDescription, with_label: bool = 
             raw[feature.name] = _first_value(column, tf.constant(-1, column.dtype))
         elif feature.kind == STRING:
             raw[feature.name] = _first_value(column, "")
+        elif feature.kind == TENSOR:
+            raw[feature.name] = _as_declared(column, feature)
         else:
             raw[feature.name] = _first_value(column, "")[:, 0]
     if with_label:

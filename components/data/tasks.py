@@ -12,8 +12,8 @@ command line's data check, or the Tuner and Trainer from StatisticsGen's statist
 - otherwise (fractional numbers, negative numbers, or many distinct integers such as the
   diabetes progression 25-346): regression.
 
-Two classes make ``binary``. ``--task`` says it instead (a label that looks like a
-regression target is then an error unless ``--num-classes`` confirms the classes). Each
+Two classes make ``binary``. The ``task`` setting says it instead (a label that looks like a
+regression target is then an error unless ``num_classes`` confirms the classes). Each
 task fixes the Tuner's objective, the serving output and the Evaluator's metrics
 (:data:`OBJECTIVES`, :data:`PREDICTION_KEYS`). Importing this module is cheap (no
 TensorFlow).
@@ -30,8 +30,10 @@ from __future__ import annotations
 
 import dataclasses
 
+from tfx_accum.components.setting_words import CUSTOM_CONFIG, SettingWords
+
 MULTICLASS, BINARY, REGRESSION = "multiclass", "binary", "regression"
-CLASSIFICATION = "classification"  # --task classification: multiclass or binary by count
+CLASSIFICATION = "classification"  # task classification: multiclass or binary by count
 TASKS = (MULTICLASS, BINARY, REGRESSION)
 TASK_CHOICES = (CLASSIFICATION, MULTICLASS, BINARY, REGRESSION)  # what --task accepts
 MAX_CLASSES_INFERRED = 20  # integer labels with more possible values are regression
@@ -91,13 +93,19 @@ class Inference:
 
 
 def infer_task(
-    label: LabelFacts, requested: str | None = None, num_classes: int | None = None
+    label: LabelFacts,
+    requested: str | None = None,
+    num_classes: int | None = None,
+    words: SettingWords = CUSTOM_CONFIG,
 ) -> Inference:
-    """The task for ``label`` (``requested``: ``--task``; ``num_classes``: ``--num-classes``).
+    """The task for ``label`` (``requested``: the ``task`` setting; ``num_classes``: the
+    ``num_classes`` setting; ``words``: how the messages name them).
 
     Raises ``ValueError`` with the way out where the request cannot be met (a text label
     as regression, fractional labels as classes).
     """
+    task, classes = words.name("task"), words.name("num_classes")
+    as_regression = words.setting("task", REGRESSION)
     if requested not in (None, CLASSIFICATION, REGRESSION, *TASKS):
         raise ValueError(
             f"`task` must be one of {', '.join(TASK_CHOICES)}. Received: task={requested!r}."
@@ -105,22 +113,22 @@ def infer_task(
     if requested == REGRESSION or (requested is None and _looks_like_regression(label)):
         if label.dtype == "string":
             raise ValueError(
-                "A text label cannot be a regression target; leave --task out (text labels "
+                f"A text label cannot be a regression target; leave {task} out (text labels "
                 "are classes) or convert the label to numbers."
             )
         if num_classes is not None:
-            raise ValueError("--num-classes applies to classification, not to --task regression.")
-        reason = "--task regression" if requested else _regression_reason(label)
+            raise ValueError(f"{classes} applies to classification, not to {as_regression}.")
+        reason = as_regression if requested else _regression_reason(label)
         return Inference(REGRESSION, None, reason)
     if requested is not None and num_classes is None and _looks_like_regression(label):
         raise ValueError(
             f"The task is {requested}, but the label looks like a regression target "
-            f"({_regression_reason(label)}); use --task regression, or confirm the classes "
-            "with --num-classes N."
+            f"({_regression_reason(label)}); use {as_regression}, or confirm the classes "
+            f"with {words.setting('num_classes', 'N', placeholder=True)}."
         )
-    count = _class_count(label, num_classes)
+    count = _class_count(label, num_classes, words)
     if requested == BINARY and count != 2:
-        raise ValueError(f"--task binary, but the label has {count} classes.")
+        raise ValueError(f"{words.setting('task', BINARY)}, but the label has {count} classes.")
     if count < 2:
         raise ValueError(
             "The label has a single class; classification needs at least two (a model "
@@ -128,14 +136,14 @@ def infer_task(
         )
     task = BINARY if count == 2 else MULTICLASS
     if requested:
-        reason = f"--task {requested}"
+        reason = words.setting("task", requested)
     elif label.dtype == "string":
         reason = f"text label with {count} distinct values"
     else:
         reason = (
             f"whole-number label with {count} classes 0..{count - 1}"
             if num_classes is None
-            else f"--num-classes {num_classes}"
+            else words.setting("num_classes", num_classes)
         )
     return Inference(task, count, reason)
 
@@ -172,31 +180,32 @@ def _regression_reason(label: LabelFacts) -> str:
     return f"whole numbers{span}, more than {MAX_CLASSES_INFERRED} possible classes"
 
 
-def _class_count(label: LabelFacts, num_classes: int | None) -> int:
+def _class_count(label: LabelFacts, num_classes: int | None, words: SettingWords) -> int:
+    classes, as_regression = words.name("num_classes"), words.setting("task", REGRESSION)
     if label.dtype == "string":
         count = label.distinct if label.distinct is not None else len(label.vocabulary)
         if num_classes is not None and num_classes != count:
             raise ValueError(
-                f"--num-classes {num_classes}, but the text label has {count} distinct values; "
-                "leave --num-classes out."
+                f"{words.setting('num_classes', num_classes)}, but the text label has {count} "
+                f"distinct values; leave {classes} out."
             )
         return count
     if label.integral is False:
         raise ValueError(
-            "The label has fractional values, which cannot be classes; use --task regression, "
+            f"The label has fractional values, which cannot be classes; use {as_regression}, "
             "or write class indices 0..N-1."
         )
     if label.minimum is not None and label.minimum < 0:
         raise ValueError(
-            f"Label {label.minimum:g} is not a class index (an integer >= 0); use --task "
-            "regression, or map the labels to 0..N-1."
+            f"Label {label.minimum:g} is not a class index (an integer >= 0); use "
+            f"{as_regression}, or map the labels to 0..N-1."
         )
     inferred = int(label.maximum) + 1 if label.maximum is not None else 2
     if num_classes is not None:
         if inferred > num_classes:
             raise ValueError(
-                f"Label {inferred - 1} is outside 0..{num_classes - 1} (--num-classes "
-                f"{num_classes}); raise --num-classes or leave it out."
+                f"Label {inferred - 1} is outside 0..{num_classes - 1} "
+                f"({words.setting('num_classes', num_classes)}); raise {classes} or leave it out."
             )
         return num_classes
     return inferred

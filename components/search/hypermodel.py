@@ -87,6 +87,7 @@ class AccumulationHyperModel(keras_tuner.HyperModel):
         replicas: int = 1,
         data: DataDescription | None = None,
         precision: str = DEFAULT_PRECISION,
+        model_hyperparameters: str | None = None,
     ):
         super().__init__(name="gradient_accumulation")
         self.space = space
@@ -96,14 +97,27 @@ class AccumulationHyperModel(keras_tuner.HyperModel):
         self.model_name = model_name
         self.replicas = replicas
         self.precision = precision  # the Keras dtype policy every trial's model is built under
+        # custom_config['model_hyperparameters']: the model function's own, declared elsewhere
+        self.model_hyperparameters = model_hyperparameters
         self.last_timing: EpochTimes | None = None  # of the latest fit, for the trial line
         self._models: dict[tuple, tuple[keras.Model, list]] = {}  # own values -> model, state
         self._held: tuple[HeldInMemory | None, HeldInMemory | None] | None = None
 
     def declare_hyperparameters(self, hp: keras_tuner.HyperParameters) -> None:
         """Keras Tuner's hook for the space: ours (a model function declares its own as it
-        builds; Keras Tuner builds once after this to find them)."""
+        builds; Keras Tuner builds once after this to find them), and those
+        ``custom_config['model_hyperparameters']`` declares."""
         self.space.declare(hp)
+        if self.model_hyperparameters:
+            from tfx_accum.components.training.model_function import (
+                ModelFunction,
+                declare_model_hyperparameters,
+            )
+
+            model = ModelFunction.load(
+                self.model_name, model_hyperparameters=self.model_hyperparameters
+            )
+            declare_model_hyperparameters(hp, model)
 
     def plan(self, hp: keras_tuner.HyperParameters) -> ReplicaPlan:
         """The trial's ``k`` and ``m`` shared among this process's replicas."""
@@ -133,7 +147,13 @@ class AccumulationHyperModel(keras_tuner.HyperModel):
         if key not in self._models:
             keras.utils.set_random_seed(self.space.seed)
             model = build_model(
-                self.model_name, self.splits.data, k, lr, hp=hp, precision=self.precision
+                self.model_name,
+                self.splits.data,
+                k,
+                lr,
+                hp=hp,
+                precision=self.precision,
+                model_hyperparameters=self.model_hyperparameters,
             )
             ready_to_trace(model, self.splits.validation.take(1).batch(EVAL_BATCH))
             state = [v.numpy() for v in (*model.variables, *model.optimizer.variables)]
@@ -236,8 +256,8 @@ class AccumulationHyperModel(keras_tuner.HyperModel):
                 if budget.ranking_examples is not None:
                     held_out = held_out.take(budget.ranking_examples)
                 self._held = (
-                    HeldInMemory.first(splits.train, reads) if hold_train else None,
-                    HeldInMemory.first(held_out, scored) if hold_scored else None,
+                    HeldInMemory.first(splits.train, reads, "training") if hold_train else None,
+                    HeldInMemory.first(held_out, scored, "held-out") if hold_scored else None,
                 )
             kept = [h for h in self._held if h is not None]
             if kept:

@@ -51,28 +51,21 @@ import time
 from typing import Any
 
 from tfx_accum import console
+from tfx_accum.components.custom_config import ModuleConfig
 from tfx_accum.components.data.transform import transform_output_path
-from tfx_accum.components.settings import validate_positive_int
 
 # Keras Tuner's adapter (keras_tuner_adapter) is imported where it is used: a worker's first
 # step (die_with_chief) must not wait for Keras to import.
 
-PARALLEL_TRIALS_KEY = "parallel_trials"  # custom_config key; default 1 (serial)
 _TUNER_ID, _IP, _PORT = "KERASTUNER_TUNER_ID", "KERASTUNER_ORACLE_IP", "KERASTUNER_ORACLE_PORT"
 TOKEN_ENV = "TFX_ACCUM_ORACLE_TOKEN"  # the search's secret, in each worker's environment
 CHIEF_PID_ENV = "TFX_ACCUM_CHIEF_PID"  # a worker exits when this process is gone
 GROWTH_ENV = "TF_FORCE_GPU_ALLOW_GROWTH"  # TensorFlow: allocate GPU memory as needed
 _POLL_SECONDS = 0.2
-# A worker that uses no CPU time for this long (kill -STOP, a hang) is killed: its trial
-# fails and a replacement goes on. custom_config[STALL_KEY] changes it.
-STALL_KEY, STALL_SECONDS = "worker_stall_seconds", 600.0
+# A worker that uses no CPU time for custom_config["worker_stall_seconds"] (kill -STOP, a
+# hang) is killed: its trial fails and a replacement goes on.
+STALL_KEY = "worker_stall_seconds"
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
-
-
-def parallel_trials(custom_config: dict | None) -> int:
-    """The number of worker processes asked for (1: trials run in this process)."""
-    value = (custom_config or {}).get(PARALLEL_TRIALS_KEY, 1)
-    return validate_positive_int(PARALLEL_TRIALS_KEY, value)
 
 
 def is_worker() -> bool:
@@ -315,8 +308,8 @@ def run_workers(tuner, workers: int, spec: dict[str, Any]) -> None:
     )
     slots = GpuSlots(gpus)
     threads = max(1, cpus // workers)
-    config = spec["fn_args"].get("custom_config") or {}
-    stall = float(config.get(STALL_KEY, STALL_SECONDS))
+    config = ModuleConfig.from_custom_config(spec["fn_args"].get("custom_config"))
+    stall = config.worker_stall_seconds
 
     def start(index: int) -> _Worker:
         gpu = slots.take(index)

@@ -25,6 +25,7 @@ from tfx_accum.components.search.search_policy import (
     exceeds_effective_batch_limit,
     within_effective_batch_limit,
 )
+from tfx_accum.components.setting_words import closest_hint
 from tfx_accum.components.settings import (
     HP_ACCUMULATION_STEPS,
     HP_LEARNING_RATE,
@@ -283,9 +284,12 @@ class SearchSpace:
     def from_config(cls, config: dict[str, Any] | None) -> SearchSpace:
         config = dict(config or {})
         known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(config) - known)
-        if unknown:
-            raise ValueError(f"Unknown search-space settings: {unknown}. Known: {sorted(known)}.")
+        for key in config:
+            if key not in known:
+                raise ValueError(
+                    f"custom_config['search_space'] key {key!r} is not a search-space setting: "
+                    f"{closest_hint(key, known)}the settings are {', '.join(sorted(known))}."
+                )
         for name in _CHOICES:
             if name in config and isinstance(config[name], list):
                 config[name] = tuple(config[name])

@@ -29,6 +29,7 @@ import keras_tuner
 
 from tfx_accum import console
 from tfx_accum.components.accumulation.strategy import check_node_pool, choose_strategy, tpu_present
+from tfx_accum.components.custom_config import ModuleConfig
 from tfx_accum.components.data.datasets import (
     describe_data,
     location_for_inputs,
@@ -46,29 +47,30 @@ from tfx_accum.components.search.micro_batch_probe import (
 from tfx_accum.components.search.search_space import SearchSpace
 from tfx_accum.components.search.search_tuners import make_tuner
 from tfx_accum.components.settings import ModelSettings
+from tfx_accum.components.training.model_code import model_key
 from tfx_accum.components.training.models import describe_precision
 
 __all__ = ["make_tuner", "tuner_fn", "worker_tuner"]
 
 
-def search_location(fn_args, space: SearchSpace, settings: ModelSettings) -> str | None:
+def search_location(
+    fn_args, space: SearchSpace, settings: ModelSettings, root: str | None
+) -> str | None:
     """A directory for the search that is the same whenever its inputs are the same.
 
     TFX gives every execution a new working directory, so a Tuner killed mid-search (a
-    preempted pod, Ctrl-C) would start over. Under ``custom_config["search_root"]``
-    (``<pipeline_root>/_search`` from create_pipeline) the search lives in a folder named
+    preempted pod, Ctrl-C) would start over. Under ``root`` (``custom_config["search_root"]``,
+    ``<pipeline_root>/_search`` from create_pipeline) the search lives in a folder named
     by a hash of the examples' and schema's content, the search space and the model
-    settings, and a rerun with the same inputs continues it (on Kubeflow too, where every
+    settings (a model function's code with them: components/training/model_code.py), and a
+    rerun with the same inputs continues it (on Kubeflow too, where every
     run's examples have a new path). ``max_trials`` is left out: more trials continue the
     same search, fewer reuse it. ``None`` without a search root.
     """
-    root = (fn_args.custom_config or {}).get("search_root")
     if not root:
         return None
     key = {name: value for name, value in space.to_config().items() if name != "max_trials"}
-    return location_for_inputs(
-        root, "search", fn_args, space=key, model=settings.to_custom_config()
-    )
+    return location_for_inputs(root, "search", fn_args, space=key, model=model_key(settings))
 
 
 def tuner_fn(fn_args):
@@ -79,11 +81,10 @@ def tuner_fn(fn_args):
     workers do both.
     """
     logging.getLogger("keras_tuner").setLevel(logging.WARNING)
-    settings = ModelSettings.from_custom_config(fn_args.custom_config)
-    space = SearchSpace.from_config((fn_args.custom_config or {}).get("search_space"))
-    workers = parallel_search.parallel_trials(fn_args.custom_config)
-    directory = search_location(fn_args, space, settings)
-    data = describe_data(fn_args, settings, "tuner")
+    config = ModuleConfig.from_custom_config(fn_args.custom_config)
+    settings, space, workers = config.model_settings, config.space, config.parallel_trials
+    directory = search_location(fn_args, space, settings, config.search_root)
+    data = describe_data(fn_args, config, "tuner")
     if workers > 1:
         check_node_pool()
         if tpu_present():
@@ -100,7 +101,12 @@ def tuner_fn(fn_args):
             say_dropped([m for m in space.micro_batch_choices if m not in kept])
             space = space.with_micro_batches(kept)
         hypermodel = AccumulationHyperModel(
-            space, None, settings.model, data=data, precision=settings.precision
+            space,
+            None,
+            settings.model,
+            data=data,
+            precision=settings.precision,
+            model_hyperparameters=settings.model_hyperparameters,
         )
     else:
         strategy = choose_strategy()
@@ -111,6 +117,7 @@ def tuner_fn(fn_args):
             settings.model,
             strategy.num_replicas_in_sync,
             precision=settings.precision,
+            model_hyperparameters=settings.model_hyperparameters,
         )
         if gpu_present():
             say_dropped(hypermodel.probe_micro_batches())
@@ -160,14 +167,19 @@ def tuner_fn(fn_args):
 
 def worker_tuner(fn_args, spec: dict) -> tuple[keras_tuner.Tuner, dict]:
     """The tuner of a parallel-search worker (``components/search/tuner_worker.py``)."""
-    settings = ModelSettings.from_custom_config(fn_args.custom_config)
+    config = ModuleConfig.from_custom_config(fn_args.custom_config)
+    settings = config.model_settings
     space = SearchSpace.from_config(spec["search_space"])  # as the chief probed it
-    data = describe_data(fn_args, settings, "tuner")
+    data = describe_data(fn_args, config, "tuner")
     if spec.get("probe"):
         # Only the memory probe, for a chief that must not touch the GPU itself.
         splits = read_splits(fn_args, data)
         hypermodel = AccumulationHyperModel(
-            space, splits, settings.model, precision=settings.precision
+            space,
+            splits,
+            settings.model,
+            precision=settings.precision,
+            model_hyperparameters=settings.model_hyperparameters,
         )
         hypermodel.probe_micro_batches()
         print(json.dumps({"micro_batch_choices": list(hypermodel.space.micro_batch_choices)}))
@@ -180,6 +192,7 @@ def worker_tuner(fn_args, spec: dict) -> tuple[keras_tuner.Tuner, dict]:
         settings.model,
         strategy.num_replicas_in_sync,
         precision=settings.precision,
+        model_hyperparameters=settings.model_hyperparameters,
     )
     tuner = make_tuner(space, hypermodel, spec["directory"], None, resume=True)
     return tuner, {"epochs": space.tuning_epochs}

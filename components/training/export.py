@@ -8,7 +8,10 @@ read), applies the preprocessing learned from the training split
 (components/data/tasks.py):
 
 - classification: ``{"scores": class probabilities, "classes": the most likely class}``
-  (a model whose compiled loss takes ``from_logits=True`` gets a softmax here);
+  (a model whose compiled loss takes ``from_logits=True`` gets a softmax here). A model of
+  one output unit for two classes (a sigmoid, TFX's taxi example) is served as it is
+  built: ``scores`` ``(batch, 1)``, class 1's probability (a sigmoid here for a logit),
+  what a TFMA ``BinaryAccuracy`` or ``AUC`` reads;
   ``classes`` (``(batch, 1)``) are the label's own values (string labels) or class indices
   as strings;
 - regression: ``{"predictions": the predicted value, in the label's units}``.
@@ -42,12 +45,25 @@ from tfx_accum.components.data.features import DataDescription, Preprocessor
 from tfx_accum.components.data.raw_features import assert_finite_numbers, dense_raw
 from tfx_accum.components.data.raw_features import parse_label as _parse_label
 from tfx_accum.components.data.raw_features import parse_raw as _parse_raw
-from tfx_accum.components.data.tasks import PREDICTION_KEYS, SCORES_KEY
+from tfx_accum.components.data.tasks import (
+    PREDICTION_KEYS,
+    PREDICTIONS_KEY,
+    REGRESSION,
+    SCORES_KEY,
+)
 
 SERVING_SIGNATURE = "serving_default"
 LABELS_SIGNATURE = "transform_labels"
 OUTPUT_KEY = SCORES_KEY  # classification; regression: tasks.PREDICTIONS_KEY
 CLASSES_KEY = "classes"
+
+
+def serving_outputs(task: str, num_classes: int | None) -> dict[str, tuple[str, tuple[int, ...]]]:
+    """The outputs of the ``serving_default`` signature an export for ``task`` has, as
+    ``{name: (dtype, shape)}`` (``-1``: the batch), what a model server's clients read."""
+    if task == REGRESSION:
+        return {PREDICTIONS_KEY: ("float32", (-1, 1))}
+    return {CLASSES_KEY: ("string", (-1, 1)), OUTPUT_KEY: ("float32", (-1, int(num_classes or 0)))}
 
 
 def export_serving_model(
@@ -78,20 +94,27 @@ def export_serving_model(
         names = list(data.label_vocabulary) or [str(i) for i in range(data.num_classes)]
         class_names = tf.constant(names)
         logits = outputs_logits(model)
+        one_unit = model.outputs[0].shape[-1] == 1  # class 1's probability (binary)
 
         @tf.function(input_signature=[examples])
         def serve(serialized):
             raw = parse_raw(serialized, data)
             # float32 also where a model of your own computes its output in half precision.
             scores = tf.cast(model(preprocessor(raw), training=False), tf.float32)
-            if logits:  # served scores are probabilities, whatever the last layer
-                scores = tf.nn.softmax(scores, axis=-1)
+            if one_unit:
+                if logits:
+                    scores = tf.sigmoid(scores)
+                chosen = tf.cast(scores[:, 0] > 0.5, tf.int64)
+            else:
+                if logits:  # served scores are probabilities, whatever the last layer
+                    scores = tf.nn.softmax(scores, axis=-1)
+                chosen = tf.argmax(scores, -1)
             _assert_in_range(scores, raw, data)
             return {
                 OUTPUT_KEY: scores,
                 # (batch, 1), as TF's classification signatures shape ``classes``: TFX's
                 # BulkInferrer (tfx_bsl) splits each output by row and needs an array per row.
-                CLASSES_KEY: tf.gather(class_names, tf.argmax(scores, -1))[:, None],
+                CLASSES_KEY: tf.gather(class_names, chosen)[:, None],
             }
 
         @tf.function(input_signature=[examples])

@@ -20,6 +20,7 @@ check_model_suits("cnn", {"pixel_00": "numeric", ...})  # raises ModelChoiceErro
 from __future__ import annotations
 
 from tfx_accum.components.data.feature_kinds import IMAGE, NUMERIC
+from tfx_accum.components.setting_words import CUSTOM_CONFIG, SettingWords
 from tfx_accum.components.settings import DEFAULT_MODEL, IMAGE_MODELS, image_side
 
 _WORDS = {"string": "text", "categorical": "category"}
@@ -34,21 +35,24 @@ def default_model(kinds: dict[str, str], embedded_grid: bool) -> str:
     return "cnn" if IMAGE in kinds.values() or embedded_grid else DEFAULT_MODEL
 
 
-def check_model_suits(model: str, kinds: dict[str, str]) -> None:
+def check_model_suits(
+    model: str, kinds: dict[str, str], words: SettingWords = CUSTOM_CONFIG
+) -> None:
     """Raises :class:`ModelChoiceError` when built-in ``model`` cannot read ``kinds``
-    (``{feature: kind}``, the label excluded)."""
+    (``{feature: kind}``, the label excluded); ``words`` name the ``model`` setting."""
     images = [name for name, kind in kinds.items() if kind == IMAGE]
     if model == "mlp" and images:
         raise ModelChoiceError(
             f"Model 'mlp' takes numeric and string features; {images[0]!r} is an image. "
-            "Use --model cnn or densenet121."
+            f"Use {words.setting('model', 'cnn')} or 'densenet121'."
         )
     if model not in IMAGE_MODELS:
         return
     if len(images) > 1:
         raise ModelChoiceError(
             f"Model {model!r} reads one image feature; the data has {len(images)} "
-            f"({', '.join(images)}). Write a model function (--model package.module:function)."
+            f"({', '.join(images)}). Write a model function "
+            f"({words.setting('model', 'package.module:function')})."
         )
     if images:
         return
@@ -57,9 +61,9 @@ def check_model_suits(model: str, kinds: dict[str, str]) -> None:
         raise ModelChoiceError(
             f"Model {model!r} reads the numeric columns as a square image, but "
             f"{others[0]!r} is a {_WORDS.get(kinds[others[0]], kinds[others[0]])} column. "
-            "Use --model mlp."
+            f"Use {words.setting('model', 'mlp')}."
         )
     try:
-        image_side(len(kinds), model)
+        image_side(len(kinds), model, words)
     except ValueError as error:
         raise ModelChoiceError(str(error)) from None

@@ -12,7 +12,8 @@ in ``components/training/task_compile.py``.
 - ``cnn``: a small convolutional network on the image feature, or on the numeric columns
   as a square image (the 8x8 digits CSV); no BatchNormalization, so accumulation is exact.
 - ``mlp``: two dense layers, for tabular data (numeric and string columns).
-- ``package.module:function``: your own model (components/training/custom_model.py).
+- ``package.module:function``: your own model (components/training/custom_model.py): a TFX
+  module's own function, as written, or one of tfx-accum's contract.
 - ``densenet121``: the StackOverflow question's setup: DenseNet121 (``weights=None``) on
   the image (at least 32x32, three channels). It has BatchNormalization, so accumulation
   is not exact (a warning says so).
@@ -169,25 +170,27 @@ def build_model(
     learning_rate: float,
     hp=None,
     precision: str = DEFAULT_PRECISION,
+    model_hyperparameters: str | None = None,
 ) -> GradientAccumulationModel:
     """Builds and compiles one of ``MODEL_NAMES``, or the user's model function's model,
     as a GradientAccumulationModel for the inputs ``data`` describes.
 
     ``hp``: the trial's ``keras_tuner.HyperParameters``, for a model function that declares
-    its own. ``precision``: the Keras dtype policy the model is built under
-    (:func:`precision_policy`).
+    its own (and those ``model_hyperparameters`` names). ``precision``: the Keras dtype
+    policy the model is built under (:func:`precision_policy`).
     """
     with precision_policy(precision):
-        return _build_model(model_name, data, accumulation_steps, learning_rate, hp)
+        if is_model_function(model_name):  # validated by settings.ModelSettings
+            model = call_model_function(
+                model_name, data, hp, model_hyperparameters=model_hyperparameters
+            )
+            return as_accumulation_model(model, accumulation_steps, learning_rate, data)
+        return _build_model(model_name, data, accumulation_steps, learning_rate)
 
 
 def _build_model(
-    model_name: str, data: DataDescription, accumulation_steps: int, learning_rate: float, hp
+    model_name: str, data: DataDescription, accumulation_steps: int, learning_rate: float
 ) -> GradientAccumulationModel:
-    # model_name comes validated (settings.ModelSettings).
-    if is_model_function(model_name):
-        model = call_model_function(model_name, data, hp)
-        return as_accumulation_model(model, accumulation_steps, learning_rate, data.task)
     assert model_name in MODEL_NAMES, model_name
     check_model_suits(model_name, {f.name: f.kind for f in data.features})
     inputs = model_inputs(data)

@@ -11,19 +11,25 @@ is atomic, so ``<version>`` is complete or absent; on an object store (``gs://``
 rename copies object by object, and the temporary prefix still keeps a partial copy from
 ever being written under the version's name. A failed copy removes the temporary directory;
 one left by a push that was killed (SIGKILL: no cleanup runs) is removed by the next push
-from tfx_accum import needs_tfx  # noqa: F401 - first: without the tfx extra, one line
-
-# isort: split
 from this machine, once the process that wrote it is gone (its name holds the host and the
 process id); another machine's is left alone until it is a day old.
 
 Extended the public way TFX offers: a subclass of the Pusher component whose
 ``EXECUTOR_SPEC`` names this module's executor (as TFX's own Vertex AI Pusher does), so the
 dotted path ``tfx_accum.components.training.pusher.Executor`` runs on Kubeflow too.
+
+The version a push is published under is newer than every version already there
+(:func:`~tfx_accum.components.training.serving_versions.next_version`): TFX names it by
+the Unix time, and two pushes in the same second, or after a version from a clock ahead,
+would otherwise land in an existing version (TFX then skips the copy but still records
+the push there) or below the version a server loads.
 """
 
 from __future__ import annotations
 
+from tfx_accum import needs_tfx  # noqa: F401 - first: without the tfx extra, one line
+
+# isort: split
 import contextlib
 import os
 import socket
@@ -41,6 +47,7 @@ from tfx.types import artifact_utils, standard_component_specs
 from tfx.utils import proto_utils
 
 from tfx_accum.atomic_files import raise_if_disk_full
+from tfx_accum.components.training.serving_versions import next_version
 
 STAGING_PREFIX = ".incoming-"
 STALE_SECONDS = 24 * 3600  # another machine's staging directory this old is abandoned
@@ -118,16 +125,16 @@ class Executor(pusher_executor.Executor):
             super().Do(input_dict, output_dict, staged)  # copies into <staging>/<version>
             if not pushed.get_int_custom_property("pushed"):
                 return  # not blessed: nothing was copied
-            version = pushed.get_string_custom_property("pushed_version")
+            staged_version = pushed.get_string_custom_property("pushed_version")
+            existing = fileio.listdir(base) if fileio.isdir(base) else []
+            version = next_version(existing, staged_version)
             final = os.path.join(base, version)
-            if fileio.exists(final):  # as TFX: a version that exists is not replaced
-                pushed.set_string_custom_property("pushed_destination", final)
-                return
             try:
-                fileio.rename(os.path.join(staging, version), final)
+                fileio.rename(os.path.join(staging, staged_version), final)
             except Exception as error:
                 raise_if_disk_full(error, final)
                 raise
+            pushed.set_string_custom_property("pushed_version", version)
             pushed.set_string_custom_property("pushed_destination", final)
         except Exception as error:
             raise_if_disk_full(error, base)

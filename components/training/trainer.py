@@ -36,6 +36,7 @@ from tfx_accum import console
 from tfx_accum.components.accumulation import distributed_input
 from tfx_accum.components.accumulation.multi_worker import Cluster
 from tfx_accum.components.accumulation.strategy import choose_strategy, replica_plan
+from tfx_accum.components.custom_config import ModuleConfig
 from tfx_accum.components.data.datasets import (
     batched,
     describe_data,
@@ -45,15 +46,14 @@ from tfx_accum.components.data.datasets import (
 from tfx_accum.components.data.tasks import OBJECTIVES
 from tfx_accum.components.data.transform import transform_output_path
 from tfx_accum.components.search.search_policy import trainer_budget
-from tfx_accum.components.search.search_space import SearchSpace
 from tfx_accum.components.settings import (
     BEST_TRIAL_BUDGET,
     EVAL_BATCH,
     Hyperparameters,
-    ModelSettings,
     TunerDecision,
 )
 from tfx_accum.components.training.export import export_serving_model
+from tfx_accum.components.training.model_code import model_key
 from tfx_accum.components.training.models import build_model, describe_precision, ready_to_trace
 from tfx_accum.components.training.non_finite import StopOnNonFiniteLoss
 from tfx_accum.components.training.training_backup import TrainingBackup
@@ -62,14 +62,16 @@ if TYPE_CHECKING:  # importing tfx.v1 loads its Google Cloud extensions: 5 s in 
     from tfx.components.trainer.fn_args_utils import FnArgs
 
 
-def resolve_hyperparameters(fn_args) -> tuple[Hyperparameters, object, TunerDecision | None]:
+def resolve_hyperparameters(
+    fn_args, config: ModuleConfig
+) -> tuple[Hyperparameters, object, TunerDecision | None]:
     """``(hyperparameters, keras_tuner.HyperParameters, the Tuner's decision)``.
 
     The Tuner's decision (``fn_args.hyperparameters``, parsed once by
     :class:`~tfx_accum.components.settings.TunerDecision`) if there is one, else
-    ``custom_config["hyperparameters"]``. The second value holds every value, for a model
-    function that declared hyperparameters of its own (empty with tuning off: its
-    defaults).
+    ``custom_config["hyperparameters"]`` (``config.hyperparameters``). The second value
+    holds every value, for a model function that declared hyperparameters of its own
+    (empty with tuning off: its defaults).
     """
     import keras_tuner
 
@@ -83,8 +85,7 @@ def resolve_hyperparameters(fn_args) -> tuple[Hyperparameters, object, TunerDeci
             values = keras_tuner.HyperParameters.from_config(config)
         values.values.update(decision.values)
     else:
-        fixed = (fn_args.custom_config or {}).get("hyperparameters") or {}
-        hp, source = Hyperparameters(**fixed), "fixed (tuning off)"
+        hp, source = config.hyperparameters or Hyperparameters(), "fixed (tuning off)"
     console.say(f"[trainer] hyperparameters ({source}): {hp.describe()}")
     return hp, values, decision
 
@@ -122,9 +123,9 @@ class ProgressLine(keras.callbacks.Callback):
 
 def run_fn(fn_args: FnArgs) -> None:
     """TFX entry point: train, log to TensorBoard, export the serving model."""
-    settings = ModelSettings.from_custom_config(fn_args.custom_config)
-    config = fn_args.custom_config or {}
-    hp, values, decision = resolve_hyperparameters(fn_args)
+    config = ModuleConfig.from_custom_config(fn_args.custom_config)
+    settings = config.model_settings
+    hp, values, decision = resolve_hyperparameters(fn_args, config)
     strategy = choose_strategy()
     cluster = Cluster.from_env()
     plan = replica_plan(hp.accumulation_steps, hp.micro_batch_size, strategy.num_replicas_in_sync)
@@ -136,18 +137,18 @@ def run_fn(fn_args: FnArgs) -> None:
             hp.accumulation_steps,
             hp.micro_batch_size,
         )
-    data = describe_data(fn_args, settings, "trainer")
+    data = describe_data(fn_args, config, "trainer")
     splits = read_splits(fn_args, data)
     # The search's seed: the best trial's initial weights and data order, so that the best
     # configuration trained for the best trial's budget is the best trial's model.
-    seed = int(config.get("seed", SearchSpace().seed))
+    seed = config.training_seed
     # TPUs need static shapes: whole batches only (the GA model then slices statically).
     tpu = isinstance(strategy, tf.distribute.TPUStrategy)
     budget = trainer_budget(
         fn_args.train_steps,
         decision.examples if decision else None,
         plan.global_batch,
-        config.get("train_budget") == BEST_TRIAL_BUDGET,
+        config.train_budget == BEST_TRIAL_BUDGET,
     )
     scored = validated_examples(decision, budget, splits.validation_size)
     validation = splits.validation.take(scored).batch(EVAL_BATCH, drop_remainder=tpu)
@@ -162,6 +163,7 @@ def run_fn(fn_args: FnArgs) -> None:
             hp.learning_rate,
             hp=values,
             precision=settings.precision,
+            model_hyperparameters=settings.model_hyperparameters,
         )
         # One whole validation batch, split among the workers as validation will be: a
         # batch of one example would leave a worker without rows (a collective's shapes
@@ -180,7 +182,7 @@ def run_fn(fn_args: FnArgs) -> None:
     steps_per_epoch = max(1, min(math.ceil(splits.train_size / plan.global_batch), updates))
     epochs = math.ceil(updates / steps_per_epoch)  # the last one stops at `updates`
     # The chief's backup; another worker's private copy of it (multi_worker.py).
-    backup_dir = cluster.own_backup(backup_location(fn_args, hp, settings, updates))
+    backup_dir = cluster.own_backup(backup_location(fn_args, hp, config, updates))
     # A resumed run starts at the same place of the same shuffled stream (the stream is a
     # function of the seed only), so it ends with the weights of an uninterrupted run.
     backup = TrainingBackup(backup_dir)  # complete or absent, never a stuck directory
@@ -357,26 +359,26 @@ def write_budget(
 
 
 def backup_location(
-    fn_args, hp: Hyperparameters, settings: ModelSettings, updates: int | None = None
+    fn_args, hp: Hyperparameters, config: ModuleConfig, updates: int | None = None
 ) -> str:
     """Where the training state is backed up: the same for a retry of the same inputs.
 
     TFX gives every execution a new directory, so the backup lives under
     ``custom_config["backup_root"]`` (``<pipeline_root>/_backup`` from create_pipeline) in
     a folder named by a hash of everything that determines the training: the examples and
-    schema, the hyperparameters, the number of updates and the model settings.
+    schema, the hyperparameters, the number of updates and the model settings (a model
+    function's code with them: components/training/model_code.py).
     """
-    root = (fn_args.custom_config or {}).get("backup_root")
-    if not root:
+    if not config.backup_root:
         return os.path.join(fn_args.model_run_dir, "backup")
     return location_for_inputs(
-        root,
+        config.backup_root,
         "trainer",
         fn_args,
         hyperparameters=hp.to_values(),
         train_steps=fn_args.train_steps,
         updates=updates,
-        model=settings.to_custom_config(),
+        model=model_key(config.model_settings),
     )
 
 

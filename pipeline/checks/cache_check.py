@@ -1,26 +1,43 @@
-"""Cached ExampleGen output checked against its fingerprint before TFX may serve it.
+"""Cached outputs checked against what they describe before TFX may serve them.
 
 TFX serves a cached execution when its output artifacts are LIVE in ML Metadata and their
-directories exist; it never reads the files. Before a local run, every LIVE ``Examples``
-artifact that ExampleGen fingerprinted (:mod:`tfx_accum.components.data.example_fingerprint`)
-is compared with its files; one that differs (a file cut short, changed, missing or added)
-is marked ``MARKED_FOR_DELETION``, so that TFX's cache skips it (``cache_utils`` serves
-LIVE outputs only) and ExampleGen runs again, and every component after it with it.
+directories exist; it never reads the files, nor looks outside the pipeline root. Before a
+local run:
+
+- every LIVE ``Examples`` artifact that ExampleGen fingerprinted
+  (:mod:`tfx_accum.components.data.example_fingerprint`) is compared with its files; one
+  that differs (a file cut short, changed, missing or added) is taken out of the cache, and
+  ExampleGen runs again, and every component after it with it;
+- every LIVE ``PushedModel`` that records a push is compared with the serving directory: a
+  push whose version is gone, or is no longer the newest version (what a model server loads:
+  another model was pushed since, say a run on other data), is taken out of the cache, and
+  the Pusher runs again, publishing this run's model as the newest version.
+
+Taken out of the cache: marked ``MARKED_FOR_DELETION``, which TFX's cache skips
+(``cache_utils`` serves LIVE outputs only).
 """
 
 from __future__ import annotations
 
+import json
+
 from ml_metadata import metadata_store
 from ml_metadata.proto import metadata_store_pb2
+
+from tfx_accum.components.training.serving_versions import serves
+
+
+def _store(metadata_path: str) -> metadata_store.MetadataStore:
+    connection = metadata_store_pb2.ConnectionConfig()
+    connection.sqlite.filename_uri = metadata_path
+    return metadata_store.MetadataStore(connection)
 
 
 def verify_cached_examples(metadata_path: str) -> list[str]:
     """Takes damaged ExampleGen outputs out of the cache; one line for each."""
     from tfx_accum.components.data.example_fingerprint import check
 
-    connection = metadata_store_pb2.ConnectionConfig()
-    connection.sqlite.filename_uri = metadata_path
-    store = metadata_store.MetadataStore(connection)
+    store = _store(metadata_path)
     try:
         artifacts = store.get_artifacts_by_type("Examples")
     except Exception:  # noqa: BLE001 - no Examples type yet: nothing cached
@@ -44,6 +61,58 @@ def verify_cached_examples(metadata_path: str) -> list[str]:
     if damaged:
         store.put_artifacts(damaged)
     return lines
+
+
+def verify_cached_pushes(metadata_path: str, serving_dir: str) -> int:
+    """Takes cached pushes that a server of ``serving_dir`` would not load out of the
+    cache; returns how many. Silent: whether this run's Pusher would have been served one
+    of them is known only once it runs (the run's summary says when it pushed a model
+    again, and why: pipeline/cli/report.py)."""
+    store = _store(metadata_path)
+    try:
+        artifacts = store.get_artifacts_by_type("PushedModel")
+    except Exception:  # noqa: BLE001 - no PushedModel type yet: nothing cached
+        return 0
+    stale = [
+        artifact
+        for artifact in artifacts
+        if artifact.state == metadata_store_pb2.Artifact.LIVE
+        and _pushed_to(artifact) is not None
+        and serves(serving_dir, _pushed_to(artifact)) is not None
+    ]
+    for artifact in stale:
+        artifact.state = metadata_store_pb2.Artifact.MARKED_FOR_DELETION
+    if stale:
+        store.put_artifacts(stale)
+    return len(stale)
+
+
+def changed_model_code(metadata_path: str, model: str, code: dict[str, str]) -> list[str]:
+    """The files of model function ``model`` whose code differs from the last run here
+    that trained it (its Tuner's or Trainer's ``custom_config["model_code"]``); empty when
+    none does, or no earlier run trained it."""
+    from tfx_accum.components.training.model_code import changed_files
+
+    store = _store(metadata_path)
+    latest = None
+    for execution in store.get_executions():
+        if "custom_config" not in execution.custom_properties:
+            continue
+        try:
+            config = json.loads(execution.custom_properties["custom_config"].string_value)
+        except (TypeError, ValueError):
+            continue
+        if isinstance(config, dict) and config.get("model") == model and "model_code" in config:
+            latest = config["model_code"]  # executions come in id order: the last one wins
+    return [] if latest is None else changed_files(latest, code)
+
+
+def _pushed_to(artifact: metadata_store_pb2.Artifact) -> str | None:
+    """The version a ``PushedModel`` records a push to (None: nothing was pushed)."""
+    properties = artifact.custom_properties
+    if "pushed" not in properties or not properties["pushed"].int_value:
+        return None
+    return properties["pushed_destination"].string_value or None
 
 
 def _producer(store: metadata_store.MetadataStore, artifact_id: int) -> str:

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from tfx_accum.components.data.feature_kinds import CATEGORICAL, IMAGE, NUMERIC, STRING
 from tfx_accum.pipeline.checks.stray_tokens import StrayToken, refusal
+from tfx_accum.pipeline.config import CLI_WORDS
 from tfx_accum.pipeline.errors import InputError
 from tfx_accum.pipeline.files import atomic_write, atomic_write_text
 
@@ -196,7 +197,11 @@ class DataSummary:
         shapes, vocabularies = dict(self.image_shapes), dict(self.vocabularies)
         kinds = dict(self.kinds)
         chosen = select_features(
-            list(kinds), settings.label_key, settings.features, settings.exclude_features
+            list(kinds),
+            settings.label_key,
+            settings.features,
+            settings.exclude_features,
+            words=CLI_WORDS,
         )
         names = input_names(chosen)
         categorical = set(settings.categorical_features)
@@ -284,7 +289,11 @@ def decide_label(summary: DataSummary, settings) -> DataSummary:
 
     try:
         chosen = select_features(
-            summary.features, settings.label_key, settings.features, settings.exclude_features
+            summary.features,
+            settings.label_key,
+            settings.features,
+            settings.exclude_features,
+            words=CLI_WORDS,
         )
     except ColumnError as error:
         raise DataError(str(error)) from None
@@ -319,7 +328,7 @@ def decide_label(summary: DataSummary, settings) -> DataSummary:
         )
     _check_num_classes(summary, settings)
     try:
-        inference = infer_task(facts, settings.task, settings.num_classes)
+        inference = infer_task(facts, settings.task, settings.num_classes, CLI_WORDS)
     except ValueError as error:
         raise DataError(f"label {settings.label_key!r}: {error}") from None
     if summary.rows < MIN_EXAMPLES:

@@ -9,6 +9,7 @@ import os
 
 from tfx_accum import console
 from tfx_accum.components import settings
+from tfx_accum.pipeline.config import CLI_WORDS
 from tfx_accum.pipeline.errors import InputError
 
 
@@ -42,7 +43,11 @@ def model_for(args: argparse.Namespace, summary, requested) -> str:
     check_model_name(model)
     all_kinds = dict(summary.kinds)
     chosen = select_features(
-        list(all_kinds), requested.label_key, requested.features, requested.exclude_features
+        list(all_kinds),
+        requested.label_key,
+        requested.features,
+        requested.exclude_features,
+        words=CLI_WORDS,
     )
     kinds = {
         name: CATEGORICAL if name in requested.categorical_features else all_kinds[name]
@@ -67,7 +72,9 @@ def model_for(args: argparse.Namespace, summary, requested) -> str:
 
             description = summary.description(requested)
             try:
-                built = call_model_function(model, description, keras_tuner.HyperParameters())
+                built = call_model_function(
+                    model, description, keras_tuner.HyperParameters(), words=CLI_WORDS
+                )
             except ModelFunctionError as error:
                 problem, declared = str(error), []
             else:
@@ -83,7 +90,7 @@ def model_for(args: argparse.Namespace, summary, requested) -> str:
             )
         return model
     try:
-        check_model_suits(model, kinds)
+        check_model_suits(model, kinds, CLI_WORDS)
     except ModelChoiceError as error:
         raise InputError(str(error)) from None
     return model

@@ -103,8 +103,13 @@ def pipeline_settings(args: argparse.Namespace) -> dict:
     """``create_pipeline`` settings that ``run`` and ``compile`` share, validated."""
     from tfx_accum.pipeline.local.beam import parse_beam_args
 
+    beam_args = parse_beam_args(args.beam_pipeline_args)
+    if getattr(args, "dask_scheduler", None) is not None:  # the Beam components on Dask
+        from tfx_accum.pipeline.local.dask_cluster import dask_beam_args
+
+        beam_args = dask_beam_args(args.dask_scheduler, beam_args)
     return dict(
-        beam_pipeline_args=parse_beam_args(args.beam_pipeline_args),
+        beam_pipeline_args=beam_args,
         search_space=search_space_from_args(args),
         tune=not args.no_tune,
         hyperparameters=fixed_hyperparameters(args),

@@ -167,6 +167,16 @@ def _add_beam_option(parser: argparse.ArgumentParser, default_help: str) -> None
     )
 
 
+def _add_dask_option(parser: argparse.ArgumentParser, where: str) -> None:
+    parser.add_argument(
+        "--dask-scheduler",
+        default=None,
+        metavar="tcp://HOST:PORT",
+        help="run the Beam components (StatisticsGen, the Evaluator, ExampleGen on TFRecords) "
+        f"on this Dask scheduler's workers ({where}; docs/distributed.md)",
+    )
+
+
 def _add_model_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--model",
@@ -360,14 +370,25 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"exit 0 also when the Evaluator does not bless the model (else {EXIT_UNBLESSED})",
     )
     run.add_argument(
+        "--allow-signature-change",
+        action="store_true",
+        help="push into an --output-dir whose serving_model serves other outputs (another label "
+        "or task): a server watching it switches to this run's signature",
+    )
+    run.add_argument(
         "--verbose",
         action="store_true",
         help="show the libraries' output on the console too (always in the run's log file)",
     )
     _add_beam_option(
         run,
-        "DirectRunner in-memory below 64 MiB and 200,000 rows of input, else one worker per "
-        "128 MiB or 500,000 rows up to the CPUs",
+        "DirectRunner in-memory on 2 CPUs or fewer or below 64 MiB and 200,000 rows of input, "
+        "else one worker per 128 MiB or 500,000 rows up to the CPUs",
+    )
+    _add_dask_option(
+        run,
+        "checked first: the scheduler answers, its workers have this environment and see "
+        "--data-root and --output-dir",
     )
     _add_model_options(run)
     _add_search_options(run)
@@ -379,6 +400,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_compile_arguments(compile_)
     _add_beam_option(compile_, "DirectRunner with one worker per CPU of the data components' pods")
+    _add_dask_option(
+        compile_,
+        "an address the pods reach; its workers run the pipeline's image and reach "
+        "--pipeline-root and --data-root",
+    )
     _add_model_options(compile_)
     _add_search_options(compile_)
 

@@ -24,7 +24,10 @@ from tfx_accum.components.settings import (
     Hyperparameters,
     TunerDecision,
 )
+from tfx_accum.components.training.serving_versions import serves
 from tfx_accum.pipeline.files import atomic_write
+
+INPUT, OUTPUT = metadata_store_pb2.Event.INPUT, metadata_store_pb2.Event.OUTPUT
 
 if TYPE_CHECKING:  # imports TensorFlow Model Analysis: only once there is an evaluation
     from tfx_accum.pipeline.evaluation import Evaluation
@@ -43,6 +46,10 @@ class RunSummary:
     best_trial_examples: int | None = None  # the Tuner's decision: the best trial's budget
     # ExampleValidator's anomalies: (split, feature, what), one per anomaly; None: no report
     anomalies: list[tuple[str, str, str]] | None = None
+    # Why this run pushed a model that an earlier run had pushed (None: it did not)
+    pushed_again: str | None = None
+    # Why ``pushed_to`` is not what a server of the serving directory loads (None: it is)
+    not_served: str | None = None
 
 
 def _run_outputs(
@@ -74,17 +81,21 @@ def _run_outputs(
     return context.name, by_type, list(executions)
 
 
-def read_summary(metadata_path: str, run_started: str) -> RunSummary:
+def read_summary(
+    metadata_path: str, run_started: str, serving_dir: str | None = None
+) -> RunSummary:
     """This run's best hyperparameters, trials, evaluation, blessing and push.
 
     ``run_started``: the ISO time taken just before the run started (see ``_run_outputs``);
-    nothing of an earlier run is reported as this one's.
+    nothing of an earlier run is reported as this one's. ``serving_dir``: the Pusher's base
+    directory, against which the push is checked (the version must be the one a server
+    loads) and explained (a model pushed again: why).
     """
     connection = metadata_store_pb2.ConnectionConfig()
     connection.sqlite.filename_uri = metadata_path
     connection.sqlite.connection_mode = metadata_store_pb2.SqliteMetadataSourceConfig.READONLY
     store = metadata_store.MetadataStore(connection)
-    run_id, outputs, _ = _run_outputs(store, run_started)
+    run_id, outputs, executions = _run_outputs(store, run_started)
     best, resplit, best_examples = None, None, None
     if "HyperParameters" in outputs:
         path = Path(outputs["HyperParameters"].uri) / "best_hyperparameters.txt"
@@ -115,10 +126,13 @@ def read_summary(metadata_path: str, run_started: str) -> RunSummary:
     blessed = None
     if "ModelBlessing" in outputs:
         blessed = bool(outputs["ModelBlessing"].custom_properties["blessed"].int_value)
-    pushed_to = None
+    pushed_to, pushed_again, not_served = None, None, None
     pushed = outputs.get("PushedModel")
     if pushed is not None and pushed.custom_properties["pushed"].int_value:
         pushed_to = pushed.custom_properties["pushed_destination"].string_value
+        if serving_dir is not None:
+            not_served = serves(serving_dir, pushed_to)
+            pushed_again = _pushed_before(store, executions, pushed.id, pushed_to)
     anomalies = None
     if "ExampleAnomalies" in outputs:
         anomalies = read_anomalies(outputs["ExampleAnomalies"].uri)
@@ -133,7 +147,44 @@ def read_summary(metadata_path: str, run_started: str) -> RunSummary:
         resplit,
         best_examples,
         anomalies,
+        pushed_again,
+        not_served,
     )
+
+
+def _pushed_before(
+    store: metadata_store.MetadataStore, executions: list, pushed_id: int, pushed_to: str
+) -> str | None:
+    """Why this run's Pusher pushed a model that an earlier push had published under
+    another version (an earlier push is taken out of the cache when it is no longer what a
+    server loads: pipeline/checks/cache_check.py); None when it did not run, or the model
+    is new."""
+    ran = {e.id for e in executions if e.last_known_state == metadata_store_pb2.Execution.COMPLETE}
+    events = store.get_events_by_artifact_ids([pushed_id])
+    pusher = [e.execution_id for e in events if e.type == OUTPUT and e.execution_id in ran]
+    if not pusher:
+        return None  # served from the cache: nothing was pushed in this run
+    inputs = [e.artifact_id for e in store.get_events_by_execution_ids(pusher) if e.type == INPUT]
+    others = {
+        e.execution_id
+        for e in store.get_events_by_artifact_ids(inputs)
+        if e.type == INPUT and e.execution_id not in pusher
+    }
+    outputs = [
+        e.artifact_id for e in store.get_events_by_execution_ids(sorted(others)) if e.type == OUTPUT
+    ]
+    earlier = [
+        a.custom_properties["pushed_destination"].string_value
+        for a in store.get_artifacts_by_id(sorted(set(outputs)))
+        if a.id < pushed_id
+        and "pushed" in a.custom_properties
+        and a.custom_properties["pushed"].int_value
+    ]
+    earlier = [d for d in earlier if d and d != pushed_to]
+    if not earlier:
+        return None
+    state = "is gone" if not Path(earlier[-1]).exists() else "was no longer the newest version"
+    return f"pushed again: this model's earlier push, {earlier[-1]}, {state}"
 
 
 def mark_unfinished_as_canceled(

@@ -10,19 +10,21 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import time
 from pathlib import Path
 
 from tfx_accum import console, interrupts
 from tfx_accum.components import settings
 from tfx_accum.pipeline.checks.model_choice import check_model_name, model_for
+from tfx_accum.pipeline.checks.serving_signature import check_signature
 from tfx_accum.pipeline.cli.arguments import (
     blessing_from_args,
     model_settings_from_args,
     pipeline_settings,
 )
 from tfx_accum.pipeline.cli.summary import summary_lines, trial_files
-from tfx_accum.pipeline.config import EXIT_UNBLESSED
+from tfx_accum.pipeline.config import EXIT_FAILED, EXIT_UNBLESSED
 from tfx_accum.pipeline.errors import InputError
 
 
@@ -42,6 +44,11 @@ def run(args: argparse.Namespace) -> int:
     output_dir = Path(args.output_dir).resolve()
     # Read only: a missing one is created by claim().
     output_dirs.check(output_dir, args.data_root, getattr(args, "force", False))
+    if args.dask_scheduler is not None:  # it answers, with workers of this environment
+        from tfx_accum.pipeline.local import dask_cluster
+
+        workers = dask_cluster.check_scheduler(args.dask_scheduler)
+        console.say(f"[dask] {args.dask_scheduler}: {len(workers)} worker(s)")
     # Your data is checked before anything is written (the output directory included);
     # the embedded data are written, if need be, once the directory is ours.
     if args.data_root:
@@ -54,6 +61,16 @@ def run(args: argparse.Namespace) -> int:
         )
     else:
         checked = decide_label(embedded_summary(args.embedded), requested)
+    # What the serving directory serves must not change signature unasked (reading a
+    # version's SavedModel starts TensorFlow, whose start-up lines are not the run's).
+    with console.capture(os.devnull, verbose=args.verbose):
+        check_signature(
+            LocalPaths(output_dir).serving_model_dir,
+            checked.task,
+            checked.num_classes,
+            requested.label_key,
+            args.allow_signature_change,
+        )
     # The model must suit the data, the blessing its task, and the batch must fit in it.
     model_name = model_for(args, checked, requested)
     blessing = blessing_from_args(args, checked.task)
@@ -84,6 +101,11 @@ def run(args: argparse.Namespace) -> int:
             console.say(f"[data] model: {model_name} (the default for {data}; --model to choose)")
         if checked.label_warning():
             console.say(f"[data] warning: {checked.label_warning()}")
+        if args.dask_scheduler is not None:  # before any component runs
+            dask_cluster.check_shared_storage(
+                args.dask_scheduler, output_dir, data_root, checked.files
+            )
+            console.say("[dask] every worker sees --data-root and --output-dir")
         log = output_dir / "logs" / time.strftime("run-%Y%m%d-%H%M%S.log")
         run_started = datetime.datetime.now().isoformat()
         with console.capture(log, verbose=args.verbose) as captured:
@@ -130,7 +152,9 @@ def _run_pipeline(args, settings_, output_dir: Path, run: _LocalRun) -> int:
             enable_cache=not args.no_cache,
             **settings_,
         )
-        summary = read_summary(str(paths.metadata_path), run.run_started)
+        summary = read_summary(
+            str(paths.metadata_path), run.run_started, str(paths.serving_model_dir)
+        )
         written = trial_files(summary, paths.output_dir, run.blessing.task)
     except InputError:
         raise  # bad input: main prints it as one line, exit 2
@@ -148,6 +172,8 @@ def _run_pipeline(args, settings_, output_dir: Path, run: _LocalRun) -> int:
         args.allow_unblessed,
     ):
         console.say(line)
+    if summary.not_served:
+        return EXIT_FAILED
     if summary.blessed is False and not args.allow_unblessed:
         return EXIT_UNBLESSED
     return 0

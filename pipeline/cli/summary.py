@@ -11,7 +11,7 @@ from pathlib import Path
 
 from tfx_accum.components import settings
 from tfx_accum.components.data import tasks
-from tfx_accum.pipeline.config import EXIT_UNBLESSED
+from tfx_accum.pipeline.config import EXIT_FAILED, EXIT_UNBLESSED
 
 
 def summary_lines(
@@ -58,10 +58,24 @@ def summary_lines(
             f"blessed: no ({blessing_reason(summary.evaluation, blessing, False)}): not "
             f"pushed; {exit_code}"
         )
-    lines.append(f"pushed to: {summary.pushed_to or 'not pushed'}")
+    lines.append(pushed_line(summary))
     lines.append(trial_files)
     lines.append(f"wall time: {seconds:.0f} s")
     return lines
+
+
+def pushed_line(summary) -> str:
+    """Where the model went: a version that a server of the serving directory loads (the
+    newest), or a line that says it is not."""
+    if not summary.pushed_to:
+        return "pushed to: not pushed"
+    if summary.not_served:
+        return (
+            f"pushed to: {summary.pushed_to}, which is not what a server loads: "
+            f"{summary.not_served}; exit code {EXIT_FAILED}"
+        )
+    again = f" ({summary.pushed_again})" if summary.pushed_again else ""
+    return f"pushed to: {summary.pushed_to}{again}"
 
 
 def anomaly_lines(anomalies: list[tuple[str, str, str]] | None) -> list[str]:

@@ -1,12 +1,15 @@
 """Beam arguments sized to the data and the machine.
 
-Starting Beam's worker processes costs more than the work on a small input (the 1,797
-digits: CsvExampleGen 11.4 s in ``multi_processing`` mode vs 3.4 s ``in_memory``), while a
-large input needs the workers. The local runner therefore picks the DirectRunner's mode
-from the input's size in bytes *and* in rows: a narrow table is small in bytes but the
-Evaluator's and StatisticsGen's cost is per example (2M rows x 4 columns, 44 MB: the
-Evaluator on its 667k rows took 101 s on one worker, 69 s on two). The workers read the
-split's files in parallel, so ExampleGen writes a large input in several files
+Starting Beam's worker processes costs more than the work on a small input, while a large
+input on many cores needs the workers. The local runner therefore picks the DirectRunner's
+mode from the CPUs and from the input's size in bytes *and* in rows (a narrow table is
+small in bytes, but the Evaluator's and StatisticsGen's cost is per example). On two CPUs
+or fewer it is always ``in_memory``: there ``bench.beam_sizing`` found ``multi_processing``
+slower, and dearer in CPU, for StatisticsGen and the Evaluator at every row count it
+measured (the workers share the cores with the launching process and pay their own start
+and the pickling between them). With more CPUs, one worker per ``BYTES_PER_WORKER`` or
+``ROWS_PER_WORKER``, up to the CPUs: not measured here (a 2-core machine). The workers read
+the split's files in parallel, so ExampleGen writes a large input in several files
 (``components/data/csv_examples.py``), and each worker batches TFXIO's reads by bytes
 (``--beam_plugins``: ``pipeline/local/tfxio_batching.py``). ``--beam-pipeline-args``
 replaces the choice entirely (for example ``--runner=DataflowRunner ...``).
@@ -16,7 +19,9 @@ Every Beam component's executor also packages TFX itself as an sdist for remote 
 on a 2-core machine) unless one of Beam's dependency options is set. The DirectRunner never
 reads it: its workers are this interpreter, in this process (``in_memory``) or as
 ``sys.executable -m apache_beam.runners.worker.sdk_worker_main`` (``multi_processing``).
-:func:`without_tfx_sdist` says so to TFX for DirectRunner arguments.
+Nor does the project's DaskRunner (:data:`DASK_RUNNER`): its workers are processes started
+in an environment like this one, with tfx-accum installed (``--dask-scheduler`` checks
+that), and it installs nothing. :func:`without_tfx_sdist` says so to TFX for either.
 
 Example:
 
@@ -39,8 +44,9 @@ from tfx_accum.pipeline.errors import InputError
 
 BEAM_PLUGIN_ARG = "--beam_plugins=tfx_accum.pipeline.local.tfxio_batching"
 
-# Below both, one in-process worker is fastest; above either, one worker per
-# BYTES_PER_WORKER or ROWS_PER_WORKER, whichever asks for more.
+# Below both, or on at most IN_MEMORY_CPUS CPUs, one in-process worker; above either, one
+# worker per BYTES_PER_WORKER or ROWS_PER_WORKER, whichever asks for more.
+IN_MEMORY_CPUS = 2
 SMALL_INPUT_BYTES = 64 * 2**20
 BYTES_PER_WORKER = 128 * 2**20
 SMALL_INPUT_ROWS = 200_000
@@ -59,12 +65,12 @@ def local_beam_args(input_bytes: int, cpus: int, rows: int = 0) -> tuple[list[st
     """The DirectRunner's mode and worker count for an input of ``input_bytes`` and ``rows``."""
     mib = input_bytes / 2**20
     small = input_bytes < SMALL_INPUT_BYTES and rows < SMALL_INPUT_ROWS
-    if small or cpus < 2:
+    if small or cpus <= IN_MEMORY_CPUS:
         reason = (
             f"input {mib:.1f} MiB < {SMALL_INPUT_BYTES // 2**20} MiB and "
             f"{rows:,} rows < {SMALL_INPUT_ROWS:,}"
             if small
-            else "one CPU"
+            else f"{cpus} CPU(s): worker processes pay only on more than {IN_MEMORY_CPUS}"
         )
         return direct_args(1), reason
     wanted = max(-(-input_bytes // BYTES_PER_WORKER), -(-rows // ROWS_PER_WORKER))
@@ -98,16 +104,21 @@ TFX_DEPENDENCY_OPTIONS = frozenset(
 # (``--environment_type=DOCKER``...), which may install the package.
 LEFT_TO_TFX = TFX_DEPENDENCY_OPTIONS | {"environment_type"}
 DIRECT_RUNNERS = frozenset({"directrunner", "direct", "switchingdirectrunner"})
+DASK_RUNNER = "tfx_accum.pipeline.local.dask_runner.DaskRunner"  # --runner's full path
+# Runners whose workers run in an environment like this one's and install nothing.
+NO_PACKAGE_RUNNERS = DIRECT_RUNNERS | {DASK_RUNNER.lower()}
 
 
 def without_tfx_sdist(args: Sequence[str]) -> list[str]:
     """``args``, plus Beam's own SDK image as ``--sdk_container_image`` where they select
-    the DirectRunner and name no dependency option, so that TFX builds no sdist of itself.
+    the DirectRunner (or :data:`DASK_RUNNER`) and name no dependency option, so that TFX
+    builds no sdist of itself.
 
     The image is the one Beam's portable runners start for this Python and Beam version;
-    the DirectRunner's environment is fixed by its running mode and ignores it. Arguments
-    for another runner (Dataflow, Flink), or with an explicit worker environment, are
-    returned unchanged: there TFX's package is what the workers install.
+    the DirectRunner's environment is fixed by its running mode and the DaskRunner's by its
+    workers, and both ignore it. Arguments for another runner (Dataflow, Flink), or with an
+    explicit worker environment, are returned unchanged: there TFX's package is what the
+    workers install.
     """
     names, runner = set(), "directrunner"
     for arg in args:
@@ -116,7 +127,7 @@ def without_tfx_sdist(args: Sequence[str]) -> list[str]:
         names.add("extra_packages" if name == "extra_package" else name)
         if name == "runner":
             runner = value.lower()
-    if runner not in DIRECT_RUNNERS or names & LEFT_TO_TFX:
+    if runner not in NO_PACKAGE_RUNNERS or names & LEFT_TO_TFX:
         return list(args)
     return [*args, f"--sdk_container_image={beam_sdk_image()}"]
 
@@ -128,14 +139,15 @@ def beam_sdk_image() -> str:
 
 
 def pod_beam_args(cpus: float) -> list[str]:
-    """DirectRunner arguments for a Kubeflow pod with ``cpus`` CPUs (not the node's count).
+    """DirectRunner arguments for a Kubeflow pod with ``cpus`` CPUs (not the node's count):
+    in-process on at most ``IN_MEMORY_CPUS``, as a local run, else one worker per CPU.
 
     ``--direct_num_workers=0`` would start one worker per CPU of the *node*, which can
     exceed the pod's memory limit on a large node. With several workers, each batches
     TFXIO's reads by bytes, as the local run's do (``BEAM_PLUGIN_ARG``; the pod's image has
     this package).
     """
-    return direct_args(max(1, int(cpus)))
+    return direct_args(1 if cpus <= IN_MEMORY_CPUS else int(cpus))
 
 
 def parse_beam_args(text: str | None) -> list[str] | None:

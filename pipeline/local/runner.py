@@ -146,6 +146,22 @@ def prepare_data(
     return str(Path(data_root).resolve()), summary
 
 
+def _say_model_code_change(metadata: str, settings: ModelSettings, pipeline_settings) -> None:
+    """One line when the model function's code changed since the last run here: why the
+    Tuner and Trainer run again (components/training/model_code.py)."""
+    from tfx_accum.components.training.model_code import model_code
+    from tfx_accum.pipeline.checks.cache_check import changed_model_code
+
+    code = model_code(settings.model)
+    changed = changed_model_code(metadata, settings.model, code) if code else []
+    if changed:
+        again = "searched and trained" if pipeline_settings.get("tune", True) else "trained"
+        console.say(
+            f"[pipeline] --model {settings.model}: {', '.join(changed)} changed since the "
+            f"last run here: the model is {again} again"
+        )
+
+
 def run_local(
     *,
     data_root: str | None,
@@ -205,11 +221,17 @@ def run_local(
         data_format=summary.format,
         **pipeline_settings,
     )
+    if paths.metadata_path.exists():
+        _say_model_code_change(str(paths.metadata_path), model_settings, pipeline_settings)
     if enable_cache and paths.metadata_path.exists():
-        from tfx_accum.pipeline.checks.cache_check import verify_cached_examples
+        from tfx_accum.pipeline.checks.cache_check import (
+            verify_cached_examples,
+            verify_cached_pushes,
+        )
 
         for line in verify_cached_examples(str(paths.metadata_path)):
             console.say(line)
+        verify_cached_pushes(str(paths.metadata_path), str(paths.serving_model_dir))
     _install_progress()
     if orchestrator == "beam":
         from tfx.orchestration.beam.beam_dag_runner import BeamDagRunner

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -140,3 +141,84 @@ def test_columns_outside_the_selection_are_not_described_nor_read():
     stats = _stats(40, numeric={**numeric, "label": (40, 0.5, 0.5, 0, 1)})
     assert describe(schema, stats, ModelSettings(exclude_features=("id",))).keys == ["a", "b"]
     assert describe(schema, stats, ModelSettings(features=("b",))).keys == ["b"]
+
+
+def _transformed(domains: dict[str, tuple[int, int]]) -> schema_pb2.Schema:
+    """A transformed schema as Transform writes it: vocabulary and bucket columns with a
+    categorical domain, a pass-through integer without one, z-scores, the label."""
+    schema = _schema({**{n: INT for n in domains}, "hour_xf": INT, "fare_xf": FLOAT})
+    for name, (low, high) in domains.items():
+        feature = next(f for f in schema.feature if f.name == name)
+        feature.int_domain.min, feature.int_domain.max = low, high
+        feature.int_domain.is_categorical = True
+    schema.feature.add(name="tips_xf", type=INT)
+    return schema
+
+
+def _transformed_stats() -> SplitStatistics:
+    numeric = {
+        "company_xf": (60, 3.0, 2.0, 0, 27),
+        "lat_xf": (60, 4.0, 2.0, 0, 9),
+        "hour_xf": (60, 12.0, 6.0, 0, 23),
+        "fare_xf": (60, 0.0, 1.0, -2, 3),
+        "tips_xf": (60, 0.3, 0.4, 0, 1),
+    }
+    return _stats(60, numeric=numeric)
+
+
+def test_transforms_vocabulary_and_bucket_columns_are_categories_with_their_ranges():
+    schema = _transformed({"company_xf": (0, 27), "lat_xf": (0, 9)})
+    data = describe(schema, _transformed_stats(), ModelSettings(label_key="tips_xf"))
+    kinds = {
+        f.name: (f.kind, f.index_size if f.kind == "categorical" else None) for f in data.features
+    }
+    # No list by hand: the domain makes the category, its range the index size (0: missing).
+    assert kinds == {
+        "company_xf": ("categorical", 29),
+        "lat_xf": ("categorical", 11),
+        "hour_xf": ("numeric", None),
+        "fare_xf": ("numeric", None),
+    }
+    serialized = tf.constant([_example(company_xf=27, lat_xf=0, hour_xf=5, fare_xf=0.5)])
+    inputs = Preprocessor(data)(parse_raw(serialized, data))
+    assert (int(inputs["company_xf"][0, 0]), int(inputs["lat_xf"][0, 0])) == (28, 1)
+    missing = Preprocessor(data)(parse_raw(tf.constant([_example(fare_xf=0.5)]), data))
+    assert int(missing["company_xf"][0, 0]) == 0
+
+
+def test_the_contract_and_mlp_get_the_index_ranges():
+    from tfx_accum.components.training.models import build_model
+
+    schema = _transformed({"company_xf": (0, 27), "lat_xf": (0, 9)})
+    settings = ModelSettings(label_key="tips_xf")
+    data = describe(schema, _transformed_stats(), settings)
+    model = build_model("mlp", data, 1, 1e-3)
+    encodings = [layer for layer in model.layers if "category_encoding" in layer.name]
+    assert sorted(layer.num_tokens for layer in encodings) == [11, 29]
+    # tests/tfx_model_functions.py's by_index_sizes: an Embedding of index_sizes rows each.
+    contract = "tfx_model_functions:by_index_sizes"
+    data = describe(schema, _transformed_stats(), ModelSettings(contract, label_key="tips_xf"))
+    model = build_model(contract, data, 1, 1e-3)
+    embeddings = [layer for layer in _layers(model) if isinstance(layer, keras.layers.Embedding)]
+    assert sorted(layer.input_dim for layer in embeddings) == [11, 29]
+
+
+def _layers(model: keras.Model):
+    """Every layer of ``model``, those of the models inside it too."""
+    for layer in model.layers:
+        yield layer
+        if isinstance(layer, keras.Model):
+            yield from _layers(layer)
+
+
+def test_a_raw_label_name_names_its_transformed_column_first():
+    schema = _transformed({"company_xf": (0, 27)})
+    with pytest.raises(ValueError) as raised:
+        describe(schema, _transformed_stats(), ModelSettings(label_key="tips"), transformed=True)
+    message = str(raised.value)
+    assert "\n" not in message
+    assert message.startswith(
+        "custom_config['label_key'] 'tips' is not a column of Transform's transformed "
+        "examples: did you mean 'tips_xf'? the columns, closest first: tips_xf, "
+    )
+    assert all(name in message for name in ("company_xf", "hour_xf", "fare_xf"))

@@ -90,8 +90,9 @@ def test_the_image_installs_its_wheel_as_a_user_of_its_own_with_an_empty_workdir
         (None, ["constraints.txt"], "/wheels/constraints.txt"),
     ]
     install = " ".join(run.arguments for run in final.all("RUN"))
-    # The project with its tfx extra: the pipeline's components, not the model alone.
-    assert "--compile" in install and ' "tfx-accum[tfx]"' in install
+    # The project with its tfx and dask extras: the pipeline's components (and the
+    # DaskRunner for --dask-scheduler), not the model alone.
+    assert "--compile" in install and ' "tfx-accum[tfx,dask]"' in install
     assert final.last("USER") not in (None, "root", "0")
     assert final.last("WORKDIR") == "/home/tfx"
     assert final.all("RUN")[-1].arguments == "python -m tfx_accum.kubeflow.image_check"

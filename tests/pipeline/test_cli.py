@@ -144,13 +144,16 @@ def test_beam_arguments_follow_the_input_size_and_the_pod():
     medium, _ = local_beam_args(200 * 2**20, cpus=8)
     assert medium[1] == "--direct_num_workers=2"
     # A narrow table: small in bytes, but the Evaluator's and StatisticsGen's cost is per row.
-    narrow, _ = local_beam_args(44 * 2**20, cpus=2, rows=2_000_000)
-    assert narrow[:2] == ["--direct_running_mode=multi_processing", "--direct_num_workers=2"]
+    narrow, _ = local_beam_args(44 * 2**20, cpus=4, rows=2_000_000)
+    assert narrow[:2] == ["--direct_running_mode=multi_processing", "--direct_num_workers=4"]
     assert local_beam_args(44 * 2**20, cpus=8, rows=2_000_000)[0][1] == "--direct_num_workers=4"
     assert local_beam_args(4 * 2**20, cpus=8, rows=150_000)[0] == small
-    assert pod_beam_args(2.0) == [
+    # On two CPUs in-process, whatever the input (bench.beam_sizing; test_beam_sizing.py).
+    assert local_beam_args(2 * 2**30, cpus=2, rows=2_000_000)[0] == small
+    assert pod_beam_args(2.0) == small
+    assert pod_beam_args(4.0) == [
         "--direct_running_mode=multi_processing",
-        "--direct_num_workers=2",
+        "--direct_num_workers=4",
         BEAM_PLUGIN_ARG,
     ]
     assert parse_beam_args("--runner=DataflowRunner --project='my p'") == [

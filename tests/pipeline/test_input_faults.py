@@ -212,13 +212,13 @@ def wide_mlp(features, num_classes, hp):
 
 
 def test_the_library_does_not_import_from_the_current_directory(tmp_path, monkeypatch):
-    from tfx_accum.components.training.custom_model import ModelFunctionError, load_model_function
+    from tfx_accum.components.training.model_function import ModelFunctionError, load_function
 
     (tmp_path / "planted_models.py").write_text(MODEL_MODULE)
     monkeypatch.chdir(tmp_path)
     before = list(sys.path)
     with pytest.raises(ModelFunctionError, match="cannot import 'planted_models'"):
-        load_model_function("planted_models:wide_mlp")
+        load_function("planted_models:wide_mlp")
     assert sys.path == before
 
 

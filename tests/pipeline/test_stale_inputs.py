@@ -14,54 +14,30 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import tensorflow as tf
-from reliability_runs import NO_TUNE, pushed_model, run_to_end
+from reliability_runs import (
+    NO_TUNE,
+    digits_csv,
+    pushed_model,
+    run_to_end,
+    served_accuracy,
+)
 
 # Runs the pipeline or a command in subprocesses (minutes): `pytest -m "not e2e"` skips it.
 pytestmark = pytest.mark.e2e
-
-
-def _digits_csv(path: Path, invert: bool = False) -> tuple[np.ndarray, np.ndarray]:
-    from sklearn.datasets import load_digits
-
-    digits = load_digits()
-    x, y = digits.data[:900].astype(int), digits.target[:900]
-    labels = 9 - y if invert else y  # one digit either way: the file keeps its size
-    header = ",".join([f"p{i}" for i in range(64)] + ["label"])
-    rows = [",".join(map(str, [*row, label])) for row, label in zip(x, labels)]
-    path.write_text("\n".join([header, *rows]) + "\n")
-    return x, labels
-
-
-def _served_accuracy(model_dir: Path, x: np.ndarray, labels: np.ndarray) -> float:
-    examples = [
-        tf.train.Example(
-            features=tf.train.Features(
-                feature={
-                    f"p{i}": tf.train.Feature(int64_list=tf.train.Int64List(value=[int(v)]))
-                    for i, v in enumerate(row)
-                }
-            )
-        ).SerializeToString()
-        for row in x
-    ]
-    serve = tf.saved_model.load(str(model_dir)).signatures["serving_default"]
-    scores = serve(examples=tf.constant(examples))["scores"].numpy()
-    return float(np.mean(scores.argmax(axis=1) == labels))
 
 
 def test_labels_inverted_in_place_at_the_same_size_and_time_are_trained_on(tmp_path):
     data, out = tmp_path / "data", tmp_path / "out"
     data.mkdir()
     csv = data / "digits.csv"
-    x, labels = _digits_csv(csv)
+    x, labels = digits_csv(csv)
     args = ["--data-root", str(data), *NO_TUNE]
     first = run_to_end(out, args)
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
-    assert _served_accuracy(pushed_model(first.stdout), x, labels) > 0.8
+    assert served_accuracy(pushed_model(first.stdout), x, labels) > 0.8
 
     before = csv.stat()
-    x, inverted = _digits_csv(csv, invert=True)
+    x, inverted = digits_csv(csv, invert=True)
     assert csv.stat().st_size == before.st_size
     os.utime(csv, ns=(before.st_atime_ns, before.st_mtime_ns))  # as `touch -r`
 
@@ -71,7 +47,7 @@ def test_labels_inverted_in_place_at_the_same_size_and_time_are_trained_on(tmp_p
     pushed = pushed_model(rerun.stdout)
     assert pushed != pushed_model(first.stdout)
     # The pushed model learnt the new labels, not the old ones.
-    assert _served_accuracy(pushed, x, inverted) > 0.8
+    assert served_accuracy(pushed, x, inverted) > 0.8
     # And an unchanged rerun is still served from the cache.
     again = run_to_end(out, args)
     assert again.returncode == 0 and "CsvExampleGen served from cache" in again.stdout

@@ -12,6 +12,7 @@ import sys
 import pytest
 
 from tfx_accum.pipeline.local.beam import local_beam_args, pod_beam_args, without_tfx_sdist
+from tfx_accum.pipeline.local.dask_cluster import dask_beam_args
 
 
 def test_a_local_run_never_imports_the_google_cloud_clients():
@@ -40,11 +41,13 @@ def test_a_local_run_never_imports_the_google_cloud_clients():
         local_beam_args(2 * 2**30, cpus=8)[0],
         pod_beam_args(4.0),
         ["--runner=DirectRunner", "--direct_num_workers=2"],
+        dask_beam_args("tcp://127.0.0.1:8786"),
     ],
 )
 def test_direct_runner_arguments_make_tfx_build_no_package(args, monkeypatch):
     """TFX builds an sdist of itself for every Beam component (1-1.5 s each) unless a
-    dependency option is set; the DirectRunner's workers are this interpreter."""
+    dependency option is set; the DirectRunner's workers are this interpreter, the
+    DaskRunner's run this environment too."""
     from tfx.utils import dependency_utils
 
     def no_build():

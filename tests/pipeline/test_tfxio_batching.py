@@ -78,7 +78,7 @@ def test_the_local_runners_workers_batch_by_bytes(monkeypatch):
     PYTHONPATH, which the workers inherit)."""
     tests_dir = str(Path(__file__).resolve().parents[1])
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([tests_dir, os.environ.get("PYTHONPATH", "")]))
-    args, _ = local_beam_args(10 * 2**30, cpus=2)
+    args, _ = local_beam_args(10 * 2**30, cpus=4)
     assert "multi_processing" in args[0]
     with beam.Pipeline(options=PipelineOptions(args)) as p:
         seen = (

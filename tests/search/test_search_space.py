@@ -36,7 +36,7 @@ def test_search_space_round_trips_through_custom_config():
     )
     assert space.accumulation_steps_choices == (1, 2, 4)
     assert SearchSpace.from_config(space.to_config()) == space
-    with pytest.raises(ValueError, match="Unknown search-space settings"):
+    with pytest.raises(ValueError, match="'batch' is not a search-space setting: the settings"):
         SearchSpace.from_config({"batch": 3})
 
 

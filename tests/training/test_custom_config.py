@@ -1,15 +1,33 @@
-"""``custom_config`` as TFX's stock Tuner and Trainer hand it to the modules: a key that
-nothing reads is refused in one line, naming the closest known key (#29)."""
+"""``custom_config``, the typed contract between a TFX pipeline and the modules
+(components/custom_config.py): checked where the pipeline is written (``module_config``) and
+read by ``tuner_fn`` and ``run_fn`` through the same checks, each mistake one line in
+``custom_config``'s words, with the closest key."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import types
 
 import pytest
 
+from tfx_accum.components import ModuleConfig, module_config
+from tfx_accum.components.search.search_space import SearchSpace
 from tfx_accum.components.search.tuner import tuner_fn
-from tfx_accum.components.settings import ModelSettings, check_custom_config
+from tfx_accum.components.settings import Hyperparameters, ModelSettings
 from tfx_accum.components.training.trainer import run_fn
+
+
+def _refused(**keys) -> str:
+    """The one line the builder refuses ``keys`` with; the modules' reader says the same."""
+    with pytest.raises(ValueError) as raised:
+        module_config(**keys)
+    message = str(raised.value)
+    with pytest.raises(ValueError) as read:
+        ModuleConfig.from_custom_config(keys)
+    assert str(read.value) == message
+    assert "\n" not in message and message.startswith("custom_config")
+    return message
 
 
 @pytest.mark.parametrize(
@@ -17,45 +35,165 @@ from tfx_accum.components.training.trainer import run_fn
     [("modle", "model"), ("lable_key", "label_key"), ("search_spaces", "search_space")],
 )
 def test_a_misspelt_key_is_refused_with_the_closest_known_one(key, closest):
-    with pytest.raises(ValueError) as raised:
-        check_custom_config({"model": "mlp", key: "x"})
-    message = str(raised.value)
+    message = _refused(model="mlp", **{key: "x"})
     assert f"custom_config key {key!r}" in message and f"did you mean {closest!r}" in message
-    assert "\n" not in message
+
+
+def test_a_misspelt_search_space_key_gets_the_closest_too():
+    message = _refused(model="mlp", search_space={"max_trails": 4})
+    assert message.startswith("custom_config['search_space'] key 'max_trails'")
+    assert "did you mean 'max_trials'?" in message
+
+
+def test_a_search_space_key_at_the_top_says_where_it_belongs():
+    message = _refused(max_trials=4)
+    assert "is a search-space setting: put it in custom_config['search_space']" in message
+
+
+@pytest.mark.parametrize(
+    "keys, words",
+    [
+        ({"task": "classify"}, "custom_config: `task` must be one of classification"),
+        ({"search_space": {"max_trials": 0}}, "custom_config['search_space']: `max_trials`"),
+        ({"hyperparameters": {"lr": 0.1}}, "custom_config['hyperparameters'] key 'lr'"),
+        ({"parallel_trials": 0}, "custom_config: `parallel_trials` must be an int >= 1"),
+        ({"train_budget": "all"}, "custom_config: `train_budget` must be 'best_trial'"),
+        ({"model": "taxi.build"}, "custom_config: `model` must be one of cnn, mlp"),
+        ({"search_space": [4]}, "custom_config['search_space'] must be a dict"),
+    ],
+)
+def test_a_wrong_value_is_one_line_naming_the_key(keys, words):
+    assert words in _refused(**keys)
 
 
 def test_a_key_like_no_other_is_refused_with_the_list():
-    with pytest.raises(ValueError, match=r"'zzz' is not one tfx-accum reads: the keys are .*model"):
-        check_custom_config({"zzz": 1})
+    assert "'zzz' is not one tfx-accum reads: the keys are " in _refused(zzz=1)
 
 
-def test_every_key_the_pipeline_and_tfx_set_is_accepted():
-    config = {
-        **ModelSettings(model="mlp", num_classes=3).to_custom_config(),
-        "search_space": {},
-        "search_root": "/r",
-        "parallel_trials": 1,
-        "hyperparameters": {},
-        "backup_root": "/b",
-        "seed": 42,
-        "train_budget": "best_trial",
-        "statistics": "/s",
-        "ai_platform_training_args": {},
+def test_the_config_round_trips_and_keeps_what_tfx_reads():
+    config = module_config(
+        model="tests_module:build",
+        label_key="tips_xf",
+        search_space={"max_trials": 3, "seed": 7},
+        hyperparameters={"accumulation_steps": 2, "micro_batch_size": 8, "learning_rate": 0.1},
+        search_root="/r",
+        backup_root="/b",
+        parallel_trials=2,
+        train_budget="best_trial",
+        statistics="/s",
+        ai_platform_training_args={"project": "p"},
+        ai_platform_enable_vertex=True,
+    )
+    typed = ModuleConfig.from_custom_config(config)
+    assert typed.model_settings == ModelSettings(model="tests_module:build", label_key="tips_xf")
+    assert typed.search_space == SearchSpace(max_trials=3, seed=7)
+    assert typed.hyperparameters == Hyperparameters(2, 8, 0.1)
+    assert typed.training_seed == 7  # the search's: the Trainer trains the best trial's model
+    assert dict(typed.tfx_keys) == {
+        "ai_platform_training_args": {"project": "p"},
         "ai_platform_enable_vertex": True,
     }
-    check_custom_config(config)
-    assert ModelSettings.from_custom_config(config).num_classes == 3
+    assert typed.to_custom_config() == config
+
+
+def test_a_module_level_function_is_named_for_the_tuner():
+    import custom_models  # tests/custom_models.py
+
+    assert module_config(model=custom_models.small_mlp)["model"] == "custom_models:small_mlp"
+    with pytest.raises(ValueError, match="cannot be imported where the Tuner and Trainer run"):
+        module_config(model=lambda: None)  # a lambda has no importable name
+
+
+def test_writing_the_config_starts_no_tensorflow():
+    code = (
+        "import sys; from tfx_accum.components import module_config; "
+        "module_config(model='mlp', search_space={'max_trials': 2}); "
+        "print('tensorflow' in sys.modules)"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.stdout.strip() == "False", proc.stderr[-2000:]
 
 
 @pytest.mark.parametrize("module_fn", [tuner_fn, run_fn])
-def test_the_modules_refuse_it_before_any_work(module_fn, tmp_path):
+@pytest.mark.parametrize(
+    "config, words",
+    [
+        ({"lable_key": "species"}, "'lable_key' .*did you mean 'label_key'"),
+        ({"search_space": {"max_trails": 2}}, "'max_trails' .*did you mean 'max_trials'"),
+    ],
+)
+def test_the_modules_refuse_it_before_any_work(module_fn, config, words, tmp_path):
     # No examples, schema or statistics exist: the check comes before anything reads them.
     fn_args = types.SimpleNamespace(
-        custom_config={"lable_key": "species"},
+        custom_config=config,
         hyperparameters=None,
         train_files=[str(tmp_path / "missing")],
         schema_path=str(tmp_path / "missing.pbtxt"),
         working_dir=str(tmp_path),
     )
-    with pytest.raises(ValueError, match=r"'lable_key' .*did you mean 'label_key'"):
+    with pytest.raises(ValueError, match=words):
         module_fn(fn_args)
+
+
+def _words_schema():
+    from tensorflow_metadata.proto.v0 import schema_pb2, statistics_pb2
+
+    from tfx_accum.components.data.statistics import SplitStatistics
+
+    schema = schema_pb2.Schema()
+    schema.feature.add(name="x", type=schema_pb2.FLOAT)
+    schema.feature.add(name="city", type=schema_pb2.BYTES)
+    schema.feature.add(name="y", type=schema_pb2.FLOAT)
+    features = {}
+    for name, (mean, low, high) in {"x": (0.0, -1.0, 1.0), "y": (0.4, 0.1, 0.9)}.items():
+        feature = statistics_pb2.FeatureNameStatistics()
+        feature.path.step.append(name)
+        feature.num_stats.common_stats.num_non_missing = 40
+        feature.num_stats.mean, feature.num_stats.min, feature.num_stats.max = mean, low, high
+        features[name] = feature
+    return schema, SplitStatistics(40, features)
+
+
+@pytest.mark.parametrize(
+    "settings, components_words, cli_words",
+    [
+        (
+            {"categorical_features": ("nope",)},
+            "custom_config['categorical_features'] names ['nope']",
+            "--categorical names ['nope']",
+        ),
+        (
+            {"exclude_features": ("nope",)},
+            "custom_config['exclude_features'] names 'nope', not a feature of the data",
+            "--exclude-features names 'nope', not a feature of the data",
+        ),
+        (
+            {"task": "binary"},
+            "use custom_config['task'] = 'regression', or confirm the classes with "
+            "custom_config['num_classes'] = N.",
+            "use --task regression, or confirm the classes with --num-classes N.",
+        ),
+    ],
+)
+def test_the_modules_messages_name_custom_config_keys_and_the_cli_its_flags(
+    settings, components_words, cli_words
+):
+    from tfx_accum.components.data.features import describe
+    from tfx_accum.pipeline.config import CLI_WORDS
+
+    schema, stats = _words_schema()
+    settings = ModelSettings(label_key="y", **settings)
+    for words, expected in ((None, components_words), (CLI_WORDS, cli_words)):
+        with pytest.raises(ValueError) as raised:
+            describe(schema, stats, settings, **({"words": words} if words else {}))
+        assert expected in str(raised.value) and "\n" not in str(raised.value)
+
+
+def test_the_model_rules_name_the_model_key_to_the_modules_and_the_flag_to_the_cli():
+    from tfx_accum.components.training.model_rules import ModelChoiceError, check_model_suits
+    from tfx_accum.pipeline.config import CLI_WORDS
+
+    with pytest.raises(ModelChoiceError, match=r"Use custom_config\['model'\] = 'mlp'\.$"):
+        check_model_suits("cnn", {"city": "string"})
+    with pytest.raises(ModelChoiceError, match=r"Use --model mlp\.$"):
+        check_model_suits("cnn", {"city": "string"}, CLI_WORDS)

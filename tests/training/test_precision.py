@@ -18,6 +18,7 @@ import tensorflow as tf
 import yaml
 from tiny_data import tiny_splits
 
+from tfx_accum.components.custom_config import ModuleConfig
 from tfx_accum.components.data.features import DataDescription
 from tfx_accum.components.data.raw_features import parse_raw
 from tfx_accum.components.settings import PRECISIONS, ModelSettings
@@ -124,9 +125,8 @@ def test_the_normalisation_stays_float32_for_values_beyond_float16():
 
 def test_precision_is_validated_once_in_the_settings(capsys):
     assert ModelSettings().precision == "float32"
-    assert ModelSettings.from_custom_config({"precision": "mixed_bfloat16"}).precision == (
-        "mixed_bfloat16"
-    )
+    config = ModuleConfig.from_custom_config({"precision": "mixed_bfloat16"})
+    assert config.model_settings.precision == "mixed_bfloat16"
     with pytest.raises(ValueError, match="`precision` must be one of float32, mixed_float16"):
         ModelSettings(precision="float16")
     with pytest.raises(SystemExit) as exit_info:
@@ -253,13 +253,13 @@ def test_a_model_function_declaring_a_searched_name_is_told_which_wins(capsys):
     from tfx_accum.components.training.custom_model import narrow_to_declared
 
     splits = tiny_splits()
-    narrow_to_declared("custom_models:own_learning_rate", splits.data, "tuner")
+    narrow_to_declared(ModelSettings("custom_models:own_learning_rate"), splits.data, "tuner")
     lines = [line for line in capsys.readouterr().out.splitlines() if "declares its own" in line]
     assert lines == [
         "[tuner] the model function declares its own 'learning_rate' (Choice); tfx-accum's "
         "search decides it (search_space's learning_rate_min/max): rename yours to search it too"
     ]
-    narrow_to_declared("custom_models:small_mlp", splits.data, "tuner")
+    narrow_to_declared(ModelSettings("custom_models:small_mlp"), splits.data, "tuner")
     assert "declares its own" not in capsys.readouterr().out
     # And what the line says is what happens: in a trial, tfx-accum's value is the one used.
     space = SearchSpace(learning_rate_min=0.05, learning_rate_max=0.0501, learning_rate_step=None)

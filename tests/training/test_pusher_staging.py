@@ -10,6 +10,8 @@ import subprocess
 import sys
 import time
 
+from pushes import push
+
 from tfx_accum.components.training.pusher import (
     STAGING_PREFIX,
     STALE_SECONDS,
@@ -58,34 +60,9 @@ def test_a_killed_pushs_staging_is_removed_and_a_live_ones_kept(tmp_path):
 
 def test_the_pushers_executor_clears_a_killed_pushs_staging(tmp_path):
     """The clean-up runs in every push, also one that pushes nothing (not blessed)."""
-    import json
-
-    from tfx.proto import pusher_pb2
-    from tfx.types import standard_artifacts
-    from tfx.utils import proto_utils
-
-    from tfx_accum.components.training.pusher import Executor
-
     base = tmp_path / "serving"
     killed = base / f"{STAGING_PREFIX}{socket.gethostname().replace('-', '_')}-999999999-abc"
     (killed / "1").mkdir(parents=True)
-    model, blessing = standard_artifacts.Model(), standard_artifacts.ModelBlessing()
-    model.uri, blessing.uri = str(tmp_path / "model"), str(tmp_path / "blessing")
-    (tmp_path / "model").mkdir()
-    (tmp_path / "blessing").mkdir()
-    blessing.set_int_custom_property("blessed", 0)
-    pushed = standard_artifacts.PushedModel()
-    pushed.uri = str(tmp_path / "pushed")
-    destination = pusher_pb2.PushDestination(
-        filesystem=pusher_pb2.PushDestination.Filesystem(base_directory=str(base))
-    )
-    Executor().Do(
-        {"model": [model], "model_blessing": [blessing]},
-        {"pushed_model": [pushed]},
-        {
-            "push_destination": proto_utils.proto_to_json(destination),
-            "custom_config": json.dumps({}),
-        },
-    )
+    pushed = push(tmp_path, base, model=None, blessed=False)
     assert not pushed.get_int_custom_property("pushed")
     assert not killed.exists()

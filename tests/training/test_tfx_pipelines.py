@@ -14,15 +14,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from penguin_pipelines import FEATURES, LABEL
+from tfx_example_runs import eval_examples, evaluator_metric, inferences, latest, without
 
 # Runs the pipeline or a command in subprocesses (minutes): `pytest -m "not e2e"` skips it.
 pytestmark = pytest.mark.e2e
 
 SCRIPT = Path(__file__).resolve().parents[1] / "penguin_pipelines.py"
-
-
-def _latest(directory: Path) -> Path:
-    return max(directory.iterdir(), key=lambda p: int(p.name))
 
 
 def _run(kind: str, root: Path) -> tuple[str, Path, str]:
@@ -48,35 +45,17 @@ def penguin_run(request):
     return request.getfixturevalue(request.param)
 
 
-def _eval_examples(root: Path) -> list[bytes]:
-    split = _latest(root / "pipeline" / "CsvExampleGen" / "examples") / "Split-eval"
-    files = sorted(str(p) for p in split.glob("*.gz"))
-    return [r.numpy() for r in tf.data.TFRecordDataset(files, "GZIP")]
-
-
 def _without_label(record: bytes) -> bytes:
-    example = tf.train.Example.FromString(record)
-    del example.features.feature[LABEL]
-    return example.SerializeToString()
-
-
-def _evaluator_accuracy(root: Path) -> float:
-    import tensorflow_model_analysis as tfma
-
-    (metrics,) = tfma.load_metrics(str(_latest(root / "pipeline" / "Evaluator" / "evaluation")))
-    (entry,) = [
-        m for m in metrics.metric_keys_and_values if m.key.name == "sparse_categorical_accuracy"
-    ]
-    return entry.value.double_value.value
+    return without(record, LABEL)
 
 
 def test_the_pipeline_blesses_and_pushes_a_model_that_serves_raw_examples(penguin_run):
     kind, root, _ = penguin_run
-    blessing = _latest(root / "pipeline" / "Evaluator" / "blessing")
+    blessing = latest(root / "pipeline" / "Evaluator" / "blessing")
     assert (blessing / "BLESSED").exists(), kind
     (pushed,) = (root / "serving").iterdir()
     served = tf.saved_model.load(str(pushed))
-    records = _eval_examples(root)
+    records = eval_examples(root)
     labels = np.array(
         [
             tf.train.Example.FromString(r).features.feature[LABEL].int64_list.value[0]
@@ -91,7 +70,7 @@ def test_the_pipeline_blesses_and_pushes_a_model_that_serves_raw_examples(pengui
     assert scores.shape == (len(records), 3)
     np.testing.assert_allclose(scores.sum(axis=1), 1.0, atol=1e-5)  # probabilities
     accuracy = float(np.mean(scores.argmax(axis=1) == labels))
-    evaluator = _evaluator_accuracy(root)
+    evaluator = evaluator_metric(root, "sparse_categorical_accuracy")
     assert accuracy > 0.9 and abs(accuracy - evaluator) <= 0.02, (kind, accuracy, evaluator)
     classes = outputs["classes"].numpy()
     assert classes.shape == (len(records), 1)
@@ -99,15 +78,8 @@ def test_the_pipeline_blesses_and_pushes_a_model_that_serves_raw_examples(pengui
 
 
 def test_bulk_inferrer_writes_the_served_predictions(penguin_run):
-    from tensorflow_serving.apis import prediction_log_pb2
-
     kind, root, _ = penguin_run
-    results = _latest(root / "pipeline" / "BulkInferrer" / "inference_result")
-    files = sorted(str(p) for p in results.glob("*.gz"))
-    logs = [
-        prediction_log_pb2.PredictionLog.FromString(r.numpy())
-        for r in tf.data.TFRecordDataset(files, "GZIP")
-    ]
+    logs = inferences(root)
     unlabelled = root / "data" / "unlabelled" / "penguins_unlabelled.csv"
     assert len(logs) == len(unlabelled.read_text().splitlines()) - 1, kind
     (pushed,) = (root / "serving").iterdir()
@@ -131,7 +103,7 @@ def test_transform_exports_tfx_signatures_on_raw_examples(transform_run):
     (pushed,) = (root / "serving").iterdir()
     served = tf.saved_model.load(str(pushed))
     assert {"serving_default", "transform_features"} <= set(served.signatures)
-    records = _eval_examples(root)[:8]
+    records = eval_examples(root)[:8]
     transformed = served.signatures["transform_features"](examples=tf.constant(records))
     assert {f"{name}_xf" for name in [*FEATURES, LABEL]} <= set(transformed)
     # z-scores, not raw grams: the transform graph ran.
