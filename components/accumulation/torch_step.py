@@ -170,12 +170,9 @@ def _global_denominators(model, cuts, x, y, sw) -> dict[int, Any]:
     sums come from a forward-only pass over the micro-batches, before the first backward
     pass. Whether any output needs one is remembered per compiled loss and batch layout.
     """
-    layout = (
-        id(model._compile_loss),
-        sw is None,
-        tuple(None if t is None else tuple(t.shape[1:]) for t in tree.flatten((x, y))),
-    )
-    if model.__dict__.get("_torch_no_denominators") == layout:
+    layout = _batch_layout(model, x, y, sw)
+    known = model.__dict__.get("_torch_no_denominators")
+    if known is not None and known[0] is layout[0] and known[1:] == layout[1:]:
         return {}
 
     def terms_of(start, size):
@@ -200,3 +197,14 @@ def _global_denominators(model, cuts, x, y, sw) -> dict[int, Any]:
         i: total + (epsilon if kind == adapter.MASKED else 0.0)
         for total, (i, kind) in zip(sums, deferred)
     }
+
+
+def _batch_layout(model, x, y, sw) -> tuple:
+    """What decides which losses need whole-batch denominators: the compiled loss (itself,
+    not its id, which a new one may reuse), which sample weights are given, and the shapes
+    of the inputs and targets past the batch dimension."""
+    return (
+        model._compile_loss,
+        None if sw is None else tuple(t is None for t in tree.flatten(sw)),
+        tuple(None if t is None else tuple(t.shape[1:]) for t in tree.flatten((x, y))),
+    )

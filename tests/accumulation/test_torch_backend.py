@@ -98,6 +98,37 @@ def test_one_micro_batch_of_activations_is_alive_at_a_time():
     assert accumulated <= 0.3 * plain, peaks
 
 
+def test_whole_batch_denominators_are_found_again_when_the_loss_or_the_weights_change():
+    """The step remembers when no loss needs whole-batch denominators (a forward pass saved
+    per step); a new compile, or sample weights given, must look again."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(40, 8)).astype("float32")
+    y = rng.normal(size=(40, 2)).astype("float32")
+    sw = rng.uniform(0.1, 2.0, 40).astype("float32")
+
+    def build():
+        inputs = keras.Input((8,))
+        return keras.Model(inputs, keras.layers.Dense(2)(inputs))
+
+    keras.utils.set_random_seed(0)
+    plain = build()
+    ga = GradientAccumulationModel.from_model(build(), gradient_accumulation_steps=3)
+    ga.set_weights(plain.get_weights())
+    steps = [
+        ("sum_over_batch_size", None),  # no denominator needed: remembered
+        ("mean_with_sample_weight", sw),  # a new compiled loss, with weights: needs one
+        ("mean_with_sample_weight", None),  # no weights: none again
+        ("mean_with_sample_weight", sw),  # weights given again: needs one
+    ]
+    for reduction, weights in steps:
+        for model in (plain, ga):
+            if getattr(model, "optimizer", None) is None or reduction != model.loss.reduction:
+                loss = keras.losses.MeanSquaredError(reduction=reduction)
+                model.compile(optimizer=keras.optimizers.SGD(0.1), loss=loss)
+            model.fit(x, y, sample_weight=weights, batch_size=16, shuffle=False, verbose=0)
+        assert max_abs_diff(plain.get_weights(), ga.get_weights()) < 1e-6, reduction
+
+
 def test_torch_compile_is_exact():
     """``jit_compile=True`` (``torch.compile`` of Keras's train function) against plain
     Keras's eager step: one batch shape, so one compilation."""
