@@ -26,5 +26,5 @@ workers=$(nproc 2>/dev/null || echo 1)
 [ "$workers" -le 4 ] || workers=4
 PYTHONPATH="$target" .venv/bin/python -m pytest -q -p no:cacheprovider -n "$workers" --dist load \
   tests/accumulation/test_accumulation.py tests/accumulation/test_exactness_matrix.py tests/accumulation/test_micro_batches.py \
-  tests/accumulation/test_keras_surprises.py \
+  tests/accumulation/test_keras_surprises.py tests/accumulation/test_loss_matrix.py \
   -k "not mirrored and not peak_memory and (not xla or uneven_batches_sample_weights or lstm-xla)"

@@ -55,6 +55,7 @@ TFX_ACCUM_TESTS_INSTALLED=1 "$ROOT/$ENV/bin/python" -m pytest -q -p no:cacheprov
   "$ROOT/tests/accumulation/test_accumulation.py" \
   "$ROOT/tests/accumulation/test_exactness_matrix.py" \
   "$ROOT/tests/accumulation/test_micro_batches.py" \
+  "$ROOT/tests/accumulation/test_loss_matrix.py" \
   -k "not peak_memory and (not xla or uneven_batches_sample_weights or lstm-xla)"
 start=$SECONDS
 cd "$ROOT"
@@ -84,6 +85,7 @@ KERAS_BACKEND=jax TFX_ACCUM_TESTS_INSTALLED=1 TFX_ACCUM_TESTS_WITHOUT_TENSORFLOW
   "$ROOT/tests/accumulation/test_core_install.py" \
   "$ROOT/tests/accumulation/test_keras_surprises.py" \
   "$ROOT/tests/accumulation/test_accumulation.py" \
-  "$ROOT/tests/accumulation/test_exactness_matrix.py" -k "not peak_memory and not graph"
+  "$ROOT/tests/accumulation/test_exactness_matrix.py" \
+  "$ROOT/tests/accumulation/test_loss_matrix.py" -k "not peak_memory and not graph"
 cd "$ROOT"
 bash scripts/torch_stack.sh "$WHEEL"

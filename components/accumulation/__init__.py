@@ -7,7 +7,12 @@ training packages.
 
 from __future__ import annotations
 
-__all__ = ["GradientAccumulationModel", "LOSS_REDUCTIONS", "MultiWorkerMirroredStrategy"]
+__all__ = [
+    "GradientAccumulationModel",
+    "InexactAccumulationWarning",
+    "LOSS_REDUCTIONS",
+    "MultiWorkerMirroredStrategy",
+]
 
 
 def __getattr__(name: str):
@@ -16,6 +21,10 @@ def __getattr__(name: str):
         from tfx_accum.components.accumulation.keras_adapter import MultiWorkerMirroredStrategy
 
         return MultiWorkerMirroredStrategy
+    if name == "InexactAccumulationWarning":
+        from tfx_accum.components.accumulation.inexact_cases import InexactAccumulationWarning
+
+        return InexactAccumulationWarning
     if name in __all__:
         from tfx_accum.components.accumulation import model
 

@@ -11,7 +11,7 @@ contract and replaces the single ``value_and_grad`` of the whole batch with:
    ``jax.lax.scan``: one micro-batch's activations are alive at a time;
 2. per micro-batch, ``value_and_grad`` of its exactly weighted *share* of the whole
    batch's loss (the model's own ``compute_loss`` in its collecting mode: the same
-   numerator/denominator split as on TensorFlow, ``keras_adapter.split_loss``), summed
+   split as on TensorFlow, ``loss_split``), summed
    into float32 accumulators; masked and sample-weight-averaged losses divide by the whole
    batch's denominator, from a forward-only pass over the micro-batches first;
 3. weight regularizers differentiated once, the optimizer applied once
@@ -33,6 +33,7 @@ import keras
 from keras import ops, tree
 
 from tfx_accum.components.accumulation import keras_adapter as adapter
+from tfx_accum.components.accumulation import loss_split
 from tfx_accum.components.accumulation.micro_batch_sizes import micro_batch_groups
 
 __all__ = ["micro_batch_groups", "train_step"]
@@ -92,8 +93,8 @@ def _accumulate(
     from tfx_accum.components.accumulation.model import _Step
 
     samples = float(n)
-    denominators = _global_denominators(model, groups, trainable, non_trainable, x, y, sw)
-    step = _Step(jnp.asarray(samples, "float32"), denominators)
+    totals = _global_totals(model, groups, trainable, non_trainable, x, y, sw)
+    step = _Step(jnp.asarray(samples, "float32"), totals)
     step.static_n = n
     optimizer_mapping = list(zip(model.optimizer.variables, optimizer_values))
     found: dict[str, Any] = {}
@@ -223,44 +224,38 @@ def _whole_batch(predictions: list[Any]) -> Any:
     return tree.map_structure(join, *predictions)
 
 
-def _global_denominators(model, groups, trainable, non_trainable, x, y, sw) -> dict[int, Any]:
-    """Denominators of masked and sample-weight-averaged losses over the whole batch.
+def _global_totals(model, groups, trainable, non_trainable, x, y, sw) -> dict[int, dict]:
+    """The whole batch's sums that shares need (masks' valid counts, sums of sample weights;
+    ``loss_split.Part.summed``), per output and part.
 
-    Which outputs need one is found by tracing the first micro-batch in inference mode
+    Which outputs need them is found by tracing the first micro-batch in inference mode
     (abstractly: nothing runs); their sums come from a forward-only pass over the
     micro-batches, before the first backward pass.
     """
     kwargs = {"training": False} if adapter.call_has_training_arg(model) else {}
-    kinds: list[str] = []
+    layout: list[tuple[int, int, int]] = []
 
-    def terms_of(xj, yj, swj):
+    def summed(xj, yj, swj):
         y_pred, _ = model.stateless_call(trainable, non_trainable, xj, **kwargs)
-        return adapter.compile_loss_terms(model, yj, y_pred, swj)
+        return loss_split.summed(model._recorded_terms(yj, y_pred, swj))
 
     size, _ = groups[0]
     first = tree.map_structure(lambda t: None if t is None else jnp.asarray(t)[:size], (x, y, sw))
 
-    def record_kinds(*micro_batch):
-        kinds.extend(t.kind for t in terms_of(*micro_batch))
+    def record_layout(*micro_batch):
+        layout.extend(summed(*micro_batch)[0])
         return jnp.zeros(())
 
-    jax.eval_shape(record_kinds, *first)
-    later = (adapter.MASKED, adapter.WEIGHTS)
-    deferred = [(i, kind) for i, kind in enumerate(kinds) if kind in later]
-    if not deferred:
+    jax.eval_shape(record_layout, *first)
+    if not layout:
         return {}
 
     def body(sums, micro_batch):
-        terms = terms_of(*micro_batch)
-        values = jnp.stack([jnp.asarray(terms[i].denominator, "float32") for i, _ in deferred])
-        return sums + values, None
+        values = summed(*micro_batch)[1]
+        return sums + jnp.stack([jnp.asarray(v, "float32") for v in values]), None
 
-    sums, start = jnp.zeros([len(deferred)], "float32"), 0
+    sums, start = jnp.zeros([sum(count for _, _, count in layout)], "float32"), 0
     for size, count in groups:
         sums, _ = jax.lax.scan(body, sums, _group((x, y, sw), start, size, count))
         start += size * count
-    epsilon = keras.config.epsilon()  # Keras divides a masked mean by (valid count + epsilon)
-    return {
-        i: sums[position] + (epsilon if kind == adapter.MASKED else 0.0)
-        for position, (i, kind) in enumerate(deferred)
-    }
+    return loss_split.totals_of(layout, sums)

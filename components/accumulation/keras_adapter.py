@@ -6,7 +6,10 @@ micro-batches exactly, which public Keras API does not expose. What it needs fro
 Keras is here, each with a comment saying why:
 
 - ``keras.src.losses.loss``: the helpers ``Loss.__call__`` reduces with (mask merging,
-  rank alignment of sample weights), so that a loss is split exactly as Keras computes it.
+  rank alignment of sample weights), so that a loss is split exactly as Keras computes it,
+  and its ``reduce_weighted_values``, which is swapped for a recorder while a loss is split
+  (``recording_reductions``): a loss is called through its own ``__call__``, overrides
+  included, and each reduction it makes is seen with Keras's own arguments.
 - ``Trainer._compile_loss`` (the ``CompileLoss`` built by ``compile``) and its
   ``_flat_losses``: which loss, loss weight and ``y_true``/``y_pred``/``sample_weight``
   belong to each output. Its structure matching (dicts, lists, partial losses) is reused
@@ -39,7 +42,6 @@ commented adapter, so that one file lists what a Keras upgrade can break.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -58,9 +60,9 @@ else:
     tf = None
 
 __all__ = [
-    "LossTerm",
     "MultiWorkerMirroredStrategy",
     "added_losses",
+    "apply_mask",
     "recording_activity_losses",
     "call_has_training_arg",
     "compile_loss_terms",
@@ -72,9 +74,14 @@ __all__ = [
     "model_being_cloned",
     "per_output_loss_metrics",
     "has_compiled_metrics",
+    "keras_reduction",
+    "masked_mean_epsilon",
+    "recording_reductions",
+    "run_isolated",
     "self_check",
     "set_keras_mask",
-    "split_loss",
+    "squeeze_or_expand_to_same_rank",
+    "standardize_reduction",
 ]
 
 
@@ -172,112 +179,139 @@ def recording_activity_losses(model: Any) -> Iterator[dict[int, str]]:
 
 # --------------------------------------------------------------- loss in parts
 
-# How a micro-batch's share of a loss is weighted; see ``split_loss``.
-SUM = "sum"  # additive over micro-batches: weight 1
-COUNT = "count"  # numerator / (global samples x elements per sample)
-MASKED = "masked"  # numerator / (global valid mask count + epsilon), as Keras divides
-WEIGHTS = "weights"  # numerator / global sum of sample weights ("mean_with_sample_weight")
-MEAN = "mean"  # the loss returned a scalar: a mean over the micro-batch's samples
-NONE = "none"  # reduction None: unreduced values; the gradient is of their sum
+# How an activity regularizer's value grows with the batch (``recording_activity_losses``).
+SUM = "sum"
+MEAN = "mean"
+
+# ``Loss.__call__``'s helpers (Keras 3.8 to 3.15), for components/accumulation/loss_split.py,
+# which takes a loss apart as Keras reduces it.
+standardize_reduction = _loss_lib.standardize_reduction
+apply_mask = _loss_lib.apply_mask
+squeeze_or_expand_to_same_rank = _loss_lib.squeeze_or_expand_to_same_rank
+
+# ``Loss.__call__`` reduces with the module global ``reduce_weighted_values`` of
+# keras.src.losses.loss (looked up at each call). While a thread records reductions
+# (``recording_reductions``), that global is this module's ``_reduce_weighted_values``,
+# which hands the thread's reductions to its recorder and every other thread's to Keras's.
+_keras_reduce_weighted_values = _loss_lib.reduce_weighted_values
+_recording = threading.local()
+_reduce_lock = threading.Lock()
+_reduce_users = 0
 
 
-@dataclasses.dataclass
-class LossTerm:
-    """One output's loss on a micro-batch, split as Keras would reduce it.
+def keras_reduction(
+    values, sample_weight=None, mask=None, reduction="sum_over_batch_size", dtype=None
+):
+    """Keras's own ``reduce_weighted_values`` (also while reductions are recorded)."""
+    return _keras_reduce_weighted_values(values, sample_weight, mask, reduction, dtype)
 
-    The whole batch's value of a ``COUNT``, ``MASKED`` or ``WEIGHTS`` term is
-    ``sum(numerator) / sum(denominator)`` over micro-batches (and replicas); of a ``SUM``
-    or ``NONE`` term, ``sum(numerator)``. ``per_sample`` is the number of loss elements
-    per sample (``COUNT`` only), ``loss_weight`` the output's ``loss_weights`` entry.
+
+def _reduce_weighted_values(
+    values, sample_weight=None, mask=None, reduction="sum_over_batch_size", dtype=None
+):
+    record = getattr(_recording, "record", None)
+    if record is None:
+        return keras_reduction(values, sample_weight, mask, reduction, dtype)
+    return record(values, sample_weight, mask, reduction, dtype)
+
+
+@contextlib.contextmanager
+def recording_reductions(record: Callable[..., Any]) -> Iterator[None]:
+    """In the block, in this thread, every ``Loss.__call__`` reduces with ``record``.
+
+    ``record(values, sample_weight, mask, reduction, dtype)`` gets what ``Loss.__call__``
+    hands ``reduce_weighted_values`` (the ``call`` values, the sample weights, the merged
+    masks) and returns what the call gets back. Other threads reduce as Keras does.
     """
+    global _reduce_users
+    if not hasattr(_loss_lib, "reduce_weighted_values"):
+        raise _unsupported("has no keras.src.losses.loss.reduce_weighted_values")
+    with _reduce_lock:
+        if _reduce_users == 0:
+            _loss_lib.reduce_weighted_values = _reduce_weighted_values
+        _reduce_users += 1
+    outer = getattr(_recording, "record", None)
+    _recording.record = record
+    try:
+        yield
+    finally:
+        _recording.record = outer
+        with _reduce_lock:
+            _reduce_users -= 1
+            if _reduce_users == 0:
+                _loss_lib.reduce_weighted_values = _keras_reduce_weighted_values
 
-    kind: str
-    numerator: Any
-    denominator: Any = None
-    per_sample: Any = None
-    loss_weight: float | None = None
-    # The compiled loss and the output's (symbolic) targets and predictions, for the probe
-    # of losses that couple a batch's samples (components/accumulation/inexact_cases.py).
-    loss: Any = None
-    y_true: Any = None
-    y_pred: Any = None
+
+_MASK_EPSILON: list[float] = []
 
 
-def split_loss(loss: Any, y_true: Any, y_pred: Any, sample_weight: Any = None) -> LossTerm:
-    """Splits ``loss(y_true, y_pred, sample_weight)`` into numerator and denominator.
+def masked_mean_epsilon() -> float:
+    """What Keras adds to a masked mean's valid count: ``epsilon()`` on Keras 3.8 to 3.12
+    (``total / (valid + epsilon)``), 0 on Keras 3.15 (``divide_no_nan(total, valid)``).
+    Read from ``apply_mask`` itself on a mask of one valid entry in two, once."""
+    if not _MASK_EPSILON:
+        import numpy as np
 
-    Mirrors ``keras.losses.Loss.__call__`` and ``reduce_weighted_values``: the same masks
-    (the prediction's and the per-element loss's), the same mask/sample-weight merge and
-    the same denominator per reduction (elements, valid elements + epsilon, or the sum of
-    sample weights), so that the sum over micro-batches divided by the summed denominator
-    is the whole batch's loss.
+        def weight_of_valid_entry() -> float:
+            mask = ops.convert_to_tensor(np.array([1.0, 0.0], "float32"))
+            weights = _loss_lib.apply_mask(None, mask, "float32", "sum_over_batch_size")
+            return float(np.asarray(weights)[0])
+
+        weight = run_isolated(weight_of_valid_entry)  # 2 / (1 + epsilon), or 2
+        from keras import config
+
+        _MASK_EPSILON.append(0.0 if weight == 2.0 else float(config.epsilon()))
+    return _MASK_EPSILON[0]
+
+
+def run_isolated(function: Callable[[], Any]) -> Any:
+    """``function()`` in a thread of its own, eagerly and outside any tf.distribute strategy,
+    whatever the caller's context (a traced step, a strategy's scope), and its result.
+
+    ``fit`` traces its step inside its strategy's scope, where ``Loss.__call__`` divides
+    every loss by the number of replicas (``scale_loss_for_distribution``); TensorFlow's
+    strategy and graph stacks and JAX's traces are per thread.
     """
-    in_mask = keras_mask(y_pred)
-    with _backend.name_scope(loss.name):
-        y_pred = tree.map_structure(lambda v: ops.convert_to_tensor(v, dtype=loss.dtype), y_pred)
-        y_true = tree.map_structure(lambda v: ops.convert_to_tensor(v, dtype=loss.dtype), y_true)
-        values = loss.call(y_true, y_pred)
-        out_mask = keras_mask(values)
-        if in_mask is not None and out_mask is not None:
-            mask = in_mask & out_mask
-        else:
-            mask = in_mask if in_mask is not None else out_mask
-        reduction = _loss_lib.standardize_reduction(loss.reduction)
-        values = ops.convert_to_tensor(values, dtype=loss.dtype)
-        if tuple(values.shape) == () and reduction not in (None, "none"):
-            # reduce_values leaves a scalar as it is: the loss's own mean over its batch.
-            return LossTerm(MEAN, values)
-        if sample_weight is not None:
-            sample_weight = ops.convert_to_tensor(sample_weight, dtype=loss.dtype)
-        if mask is not None:
-            mask = ops.cast(ops.convert_to_tensor(mask), values.dtype)
-        # The merge Keras does, without the total/valid rescaling of the masked mean
-        # (the denominator below takes that role; reduction=None does not rescale).
-        weights = _loss_lib.apply_mask(sample_weight, mask, dtype=values.dtype, reduction="sum")
-        if weights is not None:
-            weights = ops.cast(weights, values.dtype)
-            values, weights = _loss_lib.squeeze_or_expand_to_same_rank(values, weights)
-            values = values * weights
-        numerator = ops.sum(values)
-        if reduction in (None, "none"):
-            # Unreduced (weighted) values: the gradient is of their sum; ``per_sample``
-            # turns the sum into the mean that Keras's loss tracker logs.
-            return LossTerm(NONE, numerator, per_sample=_elements_per_sample(values))
-        if reduction == "sum":
-            return LossTerm(SUM, numerator)
-        if reduction == "mean_with_sample_weight" and weights is not None:
-            return LossTerm(WEIGHTS, numerator, ops.sum(weights))
-        if mask is not None:
-            return LossTerm(MASKED, numerator, ops.sum(mask))
-        return LossTerm(COUNT, numerator, per_sample=_elements_per_sample(values))
+    result: list[Any] = []
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            # Eager, whatever the thread's default graph (TensorFlow; JAX is eager here).
+            with tf.init_scope() if tf is not None else contextlib.nullcontext():
+                result.append(function())
+        except BaseException as error:  # noqa: BLE001 - re-raised in the caller's thread
+            failure.append(error)
+
+    thread = threading.Thread(target=run, name="tfx-accum-isolated")
+    thread.start()
+    thread.join()
+    if failure:
+        raise failure[0]
+    return result[0]
 
 
-def _elements_per_sample(values: Any) -> Any:
-    shape = ops.shape(values)
-    per_sample = 1
-    for size in shape[1:]:
-        per_sample = per_sample * size
-    return per_sample
-
-
-def compile_loss_terms(model: Any, y: Any, y_pred: Any, sample_weight: Any) -> list[LossTerm]:
-    """The compiled loss of ``model`` on one micro-batch, one ``LossTerm`` per output.
+def compile_loss_terms(
+    model: Any, y: Any, y_pred: Any, sample_weight: Any, split: Callable[..., Any]
+) -> list[Any]:
+    """The compiled loss of ``model`` on one micro-batch, one term per output.
 
     ``CompileLoss`` matches ``y``, ``y_pred``, ``sample_weight`` and ``loss_weights`` to
     outputs (dicts, lists, partial losses); it is called here with a recording stand-in
     for each output's loss function and with its per-output metrics hidden, so that it
-    does the matching and nothing else.
+    does the matching and nothing else. ``split(index, loss, y_true, y_pred,
+    sample_weight)`` makes each output's term (``loss_split.split``); its ``loss_weight``
+    is set here.
     """
     compile_loss = model._compile_loss
     if compile_loss is None:
         return []
-    terms: list[LossTerm] = []
+    terms: list[Any] = []
 
     def recorder(entry: Any) -> Callable[..., Any]:
         def record(y_true, y_pred_output, output_weight=None):
-            term = split_loss(entry.loss, y_true, y_pred_output, output_weight)
+            term = split(len(terms), entry.loss, y_true, y_pred_output, output_weight)
             term.loss_weight = entry.loss_weights
-            term.loss, term.y_true, term.y_pred = entry.loss, y_true, y_pred_output
             terms.append(term)
             return ops.zeros(())
 
@@ -518,36 +552,17 @@ def _unsupported(problem: str) -> RuntimeError:
     )
 
 
-def _whole_batch_value(terms: list[LossTerm], samples: int) -> float:
-    """The whole batch's loss from its micro-batches' terms, as the accumulation forms it."""
-    import numpy as np
-
-    kind = terms[0].kind
-    numerator = float(sum(np.asarray(t.numerator, "float64") for t in terms))
-    if kind in (SUM, NONE):
-        return numerator
-    if kind == COUNT:
-        return numerator / (samples * float(np.asarray(terms[0].per_sample)))
-    denominator = float(sum(np.asarray(t.denominator, "float64") for t in terms))
-    if kind == MASKED:
-        from keras import config
-
-        denominator += config.epsilon()
-    return numerator / denominator
-
-
 def self_check() -> None:
-    """Checks, once per process, that this Keras reduces losses as ``split_loss`` assumes.
+    """Checks, once per process, that this Keras reduces losses as ``loss_split`` assumes.
 
-    Every loss kind (per reduction, with sample weights and with a mask) is split over two
-    uneven micro-batches and recombined; the result must equal Keras's own loss on the
-    whole batch. A Keras whose internals changed fails here, loudly, instead of training
-    inexactly. Raises ``RuntimeError`` naming the Keras version and the tested range.
+    Every kind of part (per reduction, with sample weights and with a mask; per-element
+    values and a scalar) is split over two uneven micro-batches and recombined; the result
+    must equal Keras's own loss on the whole batch. A Keras whose internals changed fails
+    here, loudly, instead of training inexactly. Raises ``RuntimeError`` naming the Keras
+    version and the tested range.
 
-    The probe runs in a thread of its own, whatever the caller's context: ``fit`` calls
-    this inside its strategy's scope, where ``Loss.__call__`` divides every loss by the
-    number of replicas (``scale_loss_for_distribution``), and TensorFlow's strategy and
-    graph stacks are per thread. Its answer is the same whatever ran before it (#34).
+    The probe runs in a thread of its own (``run_isolated``), whatever the caller's
+    context: its answer is the same whatever ran before it (#34).
     """
     global _SELF_CHECKED
     if _SELF_CHECKED:
@@ -555,21 +570,7 @@ def self_check() -> None:
     with _SELF_CHECK_LOCK:
         if _SELF_CHECKED:
             return
-        failure: list[BaseException] = []
-
-        def probe() -> None:
-            try:
-                # Eager, whatever the thread's default graph (TensorFlow; JAX is eager here).
-                with tf.init_scope() if tf is not None else contextlib.nullcontext():
-                    _probe_loss_reductions()
-            except BaseException as error:  # noqa: BLE001 - re-raised in the caller's thread
-                failure.append(error)
-
-        thread = threading.Thread(target=probe, name="tfx-accum-self-check")
-        thread.start()
-        thread.join()
-        if failure:
-            raise failure[0]
+        run_isolated(_probe_loss_reductions)
         _SELF_CHECKED = True
 
 
@@ -577,6 +578,8 @@ def _probe_loss_reductions() -> None:
     """The comparisons of :func:`self_check`, in the calling thread's context."""
     import numpy as np
     from keras import losses
+
+    from tfx_accum.components.accumulation import loss_split
 
     # The caller's duty; a scaled loss would misfire.
     if tf is not None and tf.distribute.has_strategy():
@@ -593,15 +596,20 @@ def _probe_loss_reductions() -> None:
     logits = rng.normal(size=(n, 4, 5)).astype("float32")
     mask = rng.uniform(size=(n, 4)) < 0.6
     step_weights = rng.uniform(0.1, 2.0, (n, 4)).astype("float32")
+
+    class ScalarMean(losses.Loss):  # a call that returns one value for the batch
+        def call(self, y_true, y_pred):
+            return ops.mean(ops.square(y_true - y_pred))
+
     cases = []
     for reduction, kind in (
-        ("sum_over_batch_size", COUNT),
-        ("sum", SUM),
-        ("mean_with_sample_weight", WEIGHTS),
-        (None, NONE),
+        ("sum_over_batch_size", loss_split.COUNT),
+        ("sum", loss_split.SUM),
+        ("mean_with_sample_weight", loss_split.WEIGHTS),
+        (None, loss_split.NONE),
     ):
         for sw in (weights, None):
-            expected = COUNT if kind == WEIGHTS and sw is None else kind
+            expected = loss_split.COUNT if kind == loss_split.WEIGHTS and sw is None else kind
             cases.append(
                 (losses.MeanSquaredError(reduction=reduction), y, pred, sw, None, expected)
             )
@@ -612,28 +620,33 @@ def _probe_loss_reductions() -> None:
                 logits,
                 step_weights,
                 mask,
-                MASKED if kind == COUNT else kind,
+                loss_split.MASKED if kind == loss_split.COUNT else kind,
             )
         )
+        scalar = ScalarMean(reduction=reduction, name="scalar_mean")
+        for sw, valid, values in ((weights, None, pred), (step_weights, mask, logits[..., 0])):
+            target = y if valid is None else labels.astype("float32")
+            cases.append((scalar, target, values, sw, valid, loss_split.SCALAR))
+    plan = loss_split.LossPlan(scales=(loss_split.MEAN_OF_SAMPLES,))
     for loss, y_true, y_pred, sw, valid, kind in cases:
 
-        def part(lo, hi, loss=loss, y_true=y_true, y_pred=y_pred, sw=sw, valid=valid):
+        def piece(lo, hi, y_true=y_true, y_pred=y_pred, sw=sw, valid=valid):
             p = ops.convert_to_tensor(y_pred[lo:hi])
             if valid is not None:
                 _backend.set_keras_mask(p, ops.convert_to_tensor(valid[lo:hi]))
-            return split_loss(loss, y_true[lo:hi], p, None if sw is None else sw[lo:hi])
+            return y_true[lo:hi], p, None if sw is None else sw[lo:hi]
 
         whole_pred = ops.convert_to_tensor(y_pred)
         if valid is not None:
             _backend.set_keras_mask(whole_pred, ops.convert_to_tensor(valid))
         keras_value = float(np.sum(np.asarray(loss(y_true, whole_pred, sw), "float64")))
-        terms = [part(0, 2), part(2, n)]
-        if any(t.kind != kind for t in terms):
+        ours, _, terms = loss_split.recombined(loss, [piece(0, 2), piece(2, n)], plan)
+        found = [[p.kind for p in t.parts] for t in terms]
+        if any(kinds != [kind] for kinds in found):
             raise _unsupported(
                 f"reduces {loss.name} (reduction={loss.reduction!r}) as "
-                f"{terms[0].kind!r}, not {kind!r}, in {_PROBE}"
+                f"{found[0]}, not {[kind]!r}, in {_PROBE}"
             )
-        ours = _whole_batch_value(terms, n)
         if not np.isclose(ours, keras_value, rtol=1e-5, atol=1e-6):
             raise _unsupported(
                 f"computes {loss.name} (reduction={loss.reduction!r}, sample weights "

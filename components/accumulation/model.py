@@ -26,10 +26,12 @@ model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
 model.fit(x, y, batch_size=128)  # each step: 4 micro-batches of 32, one update
 ```
 
-How a micro-batch's share is computed (see :mod:`components.accumulation.keras_adapter`): each
-output's compiled loss is split into the numerator and denominator Keras would reduce it
-with (``"sum_over_batch_size"``: elements, or valid elements under a mask;
-``"mean_with_sample_weight"``: the sum of sample weights; ``"sum"``: none), and every
+How a micro-batch's share is computed (see :mod:`components.accumulation.loss_split`): each
+output's compiled loss is called through its own ``__call__`` and every reduction Keras makes
+there is split into the numerator and denominator Keras would reduce it with
+(``"sum_over_batch_size"``: elements, or valid elements under a mask;
+``"mean_with_sample_weight"``: the sum of sample weights; ``"sum"``: none; one value for the
+batch: its rows' share, or 1 for a sum, times the batch's weight factor), and every
 micro-batch is divided by the *whole* batch's denominator, known before its backward pass
 (masked and sample-weighted denominators come from a forward-only pass that TensorFlow
 prunes down to the masks). Losses added in ``call()``: activity regularizers are sums over
@@ -37,7 +39,7 @@ the batch, as Keras computes them; other ``add_loss`` values follow ``add_loss_r
 
 Size (over 500 lines): one Keras class. Its step is one traced function whose closures
 share the step's state; the pieces that stand alone already live beside it (``micro_batches``,
-``accumulators``, ``inexact_cases``, ``jax_step``, ``keras_adapter``).
+``accumulators``, ``inexact_cases``, ``jax_step``, ``keras_adapter``, ``loss_split``).
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ from typing import Any
 import keras
 from keras import ops, tree
 
-from tfx_accum.components.accumulation import inexact_cases
+from tfx_accum.components.accumulation import inexact_cases, loss_split
 from tfx_accum.components.accumulation import keras_adapter as adapter
 from tfx_accum.components.settings import validate_positive_int
 
@@ -104,16 +106,17 @@ class _Step:
     batch's loss instead of the micro-batch's own loss.
     """
 
-    def __init__(self, samples: Any, denominators: dict[int, Any]):
+    def __init__(self, samples: Any, totals: dict[int, dict[int, list[Any]]]):
         self.samples = samples  # the whole (global) batch's sample count, float32
-        self.denominators = denominators  # output index -> global denominator
+        # output index -> part index -> the whole batch's sums (loss_split.totals_of)
+        self.totals = totals
         self.activity_kinds: dict[int, str] = {}
         self.collecting = False
         self.share: Any = None  # micro-batch samples / whole batch samples
         self.super_called = False
         self.own_value: Any = None
         # Per output, what its ``<output>_loss`` metric is updated with (summed over the
-        # micro-batches) and with which sample weight; see ``_term_shares``.
+        # micro-batches) and with which sample weight; see ``compute_loss``.
         self.per_output: list[Any] = []
         self.per_output_weights: list[Any] = []
         # What the logged loss differs from the differentiated one by (reduction=None:
@@ -170,8 +173,11 @@ class GradientAccumulationModel(keras.Model):
 
     Exactness: the update equals plain ``fit`` on the whole batch for every loss
     reduction (``"sum_over_batch_size"``, ``"sum"``, ``"mean_with_sample_weight"``,
-    ``None``), with sample and class weights, masks, several outputs (each with its own
-    denominator) and ``loss_weights``; weight regularizers count once per update; activity
+    ``None``) and every way of writing the loss (per-sample values, a scalar mean or sum,
+    a ``__call__`` override proportional to the reduced loss), with sample and class
+    weights, masks, several outputs (each with its own denominator) and ``loss_weights``;
+    a loss whose micro-batch shares cannot add up to the batch's is named in an
+    ``InexactAccumulationWarning``; weight regularizers count once per update; activity
     regularizers are sums over the batch, as Keras computes them. Under ``tf.distribute``
     every denominator is global across replicas.
 
@@ -376,12 +382,12 @@ class GradientAccumulationModel(keras.Model):
 
     # ---------------------------------------------------------------------- warnings
 
-    def _warn_once(self, key: str, message: str) -> None:
+    def _warn_once(self, key: str, message: str, category: type[Warning] = UserWarning) -> None:
         if not hasattr(self, "_warned"):
             self._warned = set()
         if key not in self._warned:
             self._warned.add(key)
-            warnings.warn(message, stacklevel=3)
+            warnings.warn(message, category, stacklevel=3)
 
     def _training_batch_normalization(self) -> list[keras.layers.Layer]:
         return [
@@ -401,6 +407,7 @@ class GradientAccumulationModel(keras.Model):
                 "so training is not exactly equivalent to the whole batch. Use "
                 "LayerNormalization/GroupNormalization, or freeze BatchNormalization "
                 "(layer.trainable = False), for exact accumulation.",
+                inexact_cases.InexactAccumulationWarning,
             )
 
     def _stateful_rnn_names(self) -> list[str]:
@@ -442,28 +449,44 @@ class GradientAccumulationModel(keras.Model):
             )
         object.__setattr__(self, "_inexact_cases", found)
 
-    def _find_coupled_losses(self, terms: list[adapter.LossTerm]) -> None:
-        if getattr(self, "_losses_probed", False):
+    def _loss_plan(self, index: int, loss: Any, y_true, y_pred, sample_weight):
+        """How output ``index``'s compiled loss splits (``inexact_cases.plan_loss``), probed
+        once per compiled loss object."""
+        plans = self.__dict__.setdefault("_loss_plans", {})
+        known = plans.get(index)
+        if known is None or known[0] is not loss:
+            plan = inexact_cases.plan_loss(loss, y_true, y_pred, sample_weight)
+            known = plans[index] = (loss, plan)
+            self.__dict__.setdefault("_loss_plans_noted", set()).discard(index)
+        return known[1]
+
+    def _note_loss_problem(self, index: int, term: loss_split.LossTerm) -> None:
+        """Once per probed loss: why its shares would not add up, for the step's warnings
+        (a loss the probe could not evaluate only where it returns one value per batch)."""
+        noted = self.__dict__.setdefault("_loss_plans_noted", set())
+        if index in noted:
             return
-        object.__setattr__(self, "_losses_probed", True)
+        noted.add(index)
+        plan = self._loss_plans[index][1]
+        problem = plan.problem
+        one_value = not term.parts or any(p.kind == loss_split.SCALAR for p in term.parts)
+        if problem is None and not plan.probed and one_value:
+            cause, remedy = inexact_cases.UNCHECKED
+            problem = (cause.format(error=plan.error or "no batch shape"), remedy)
+        if problem is None:
+            return
+        name = inexact_cases.describe_loss(term.loss)
         found = getattr(self, "_inexact_cases", {})
-        for term in terms:
-            if inexact_cases.couples_samples(term.loss, term.y_true, term.y_pred):
-                name = inexact_cases.loss_name(term.loss)
-                found[f"loss-{name}"] = (
-                    f"GradientAccumulationModel: loss {name!r} couples the samples of a batch "
-                    "(on 4 random rows its value is not the mean, or per sample the "
-                    "concatenation, of its values on 2 + 2 rows; e.g. Dice, Tversky, Circle, "
-                    "an RMSE, in-batch contrastive losses), so micro-batches of a batch give "
-                    "another loss than the whole batch: accumulation cannot be exact. Use a "
-                    "loss that is a mean or sum of per-sample values, or "
-                    "gradient_accumulation_steps=1."
-                )
+        found[f"loss-{name}"] = (
+            f"GradientAccumulationModel: loss {name} {problem[0]}, so its micro-batches' "
+            "shares do not add up to the whole batch's loss and accumulation is not exact: "
+            f"{problem[1]}, or use gradient_accumulation_steps=1."
+        )
         object.__setattr__(self, "_inexact_cases", found)
 
     def _warn_inexact_cases(self) -> None:
         for key, message in getattr(self, "_inexact_cases", {}).items():
-            self._warn_once(key, message)
+            self._warn_once(key, message, inexact_cases.InexactAccumulationWarning)
 
     def _refuse_synchronized_batch_normalization(self) -> None:
         if _BACKEND != "tensorflow" or not tf.distribute.has_strategy():
@@ -503,15 +526,27 @@ class GradientAccumulationModel(keras.Model):
         step.super_called = True
         total = ops.zeros((), "float32")
         step.per_output, step.per_output_weights, step.log_delta = [], [], 0.0
-        terms = adapter.compile_loss_terms(self, y, y_pred, sample_weight)
-        self._find_coupled_losses(terms)
-        for index, term in enumerate(terms):
-            share, logged, metric_value, metric_weight = self._term_shares(step, index, term)
-            step.per_output.append(metric_value)
-            step.per_output_weights.append(metric_weight)
+        shares: list[loss_split.Shares] = []
+
+        def split(index, loss, y_true, y_pred_output, output_weight):
+            plan = self._loss_plan(index, loss, y_true, y_pred_output, output_weight)
+            totals = step.totals.get(index, {})
+            shares.append(loss_split.Shares(step.samples, step.share, totals, plan))
+            return loss_split.split(loss, y_true, y_pred_output, output_weight, shares[-1])
+
+        terms = adapter.compile_loss_terms(self, y, y_pred, sample_weight, split)
+        outputs = loss_split.compiled_shares(terms, shares)
+        for index, (term, output) in enumerate(zip(terms, outputs)):
+            self._note_loss_problem(index, term)
+            if output.unreduced and _BACKEND == "jax":
+                raise _unreduced_on_jax(term)
+            # The <output>_loss metric, as plain Keras updates it: with the output's value
+            # weighted by the static batch size, or its values' mean weighted by the rows.
+            step.per_output.append(output.logged)
+            step.per_output_weights.append(_ROWS if output.unreduced else step.static_n)
             weight = 1.0 if term.loss_weight is None else float(term.loss_weight)
-            total += share * weight
-            step.log_delta += (logged - share) * weight
+            total += output.share * weight
+            step.log_delta += (output.logged - output.share) * weight
         user_reduction = self.add_loss_reduction
         for loss in adapter.added_losses(self):
             value = ops.cast(ops.sum(loss), "float32")
@@ -531,40 +566,6 @@ class GradientAccumulationModel(keras.Model):
             total += value if user_reduction == "sum" else value * step.share
         step.own_value = total
         return total
-
-    def _term_shares(self, step: _Step, index: int, term: adapter.LossTerm):
-        """A micro-batch's share of one output's loss: to differentiate, to log, per output.
-
-        Returns ``(share, logged, metric_value, metric_weight)``; the ``<output>_loss``
-        metric is updated with the sum of ``metric_value`` and ``metric_weight``, as
-        plain Keras updates it (the static batch size, or per sample for ``None``).
-        """
-        numerator = ops.cast(term.numerator, "float32")
-        if term.kind == adapter.NONE:
-            # Plain Keras differentiates the sum of the unreduced values and logs their
-            # mean (its loss tracker and per-output metrics average the vector).
-            elements = step.samples * ops.cast(term.per_sample, "float32")
-            mean = _divide_no_nan(numerator, elements)
-            if step.static_n is None:  # Mean over a vector: counts its rows
-                per_row = _divide_no_nan(numerator, step.samples)
-                return numerator, mean, per_row, _ROWS
-            return numerator, mean, mean, step.static_n
-        if term.kind == adapter.SUM:
-            share = numerator
-        elif term.kind == adapter.MEAN:
-            share = numerator * step.share
-        elif term.kind == adapter.COUNT:
-            per_sample = ops.cast(term.per_sample, "float32")
-            share = _divide_no_nan(numerator, step.samples * per_sample)
-        elif index not in step.denominators:
-            raise RuntimeError(
-                f"GradientAccumulationModel: output {index}'s loss needs a {term.kind} "
-                "denominator that was not seen in inference mode (a mask that appears only "
-                "in training?). Please report this model."
-            )
-        else:
-            share = _divide_no_nan(numerator, step.denominators[index])
-        return share, share, share, step.static_n
 
     def _micro_batch_share(self, step: _Step, share, x, y, y_pred, sample_weight):
         """``(objective, logged)``: a micro-batch's share of the whole batch's loss, to
@@ -686,7 +687,7 @@ class GradientAccumulationModel(keras.Model):
             )
         else:
             schedule = micro_batches.DynamicSchedule(structures, n, self._steps_tensor())
-        step = _Step(all_sum(tf.cast(n, tf.float32)), self._global_denominators(schedule, all_sum))
+        step = _Step(all_sum(tf.cast(n, tf.float32)), self._global_totals(schedule, all_sum))
         step.static_n = getattr(micro_batches.first_leaf(x), "shape", [None])[0]
         step.activity_kinds = activity_kinds
         self._step = step
@@ -806,7 +807,7 @@ class GradientAccumulationModel(keras.Model):
 
     def _update_loss_metrics(self, batch_loss, per_output, metric_weights, n) -> None:
         """Updates ``loss`` and each ``<output>_loss`` once per step, as plain Keras does:
-        ``per_output`` summed over micro-batches, weighted as ``_term_shares`` says."""
+        ``per_output`` summed over micro-batches, weighted as ``compute_loss`` says."""
         adapter.loss_tracker(self).update_state(batch_loss, sample_weight=n)
         output_metrics = adapter.per_output_loss_metrics(self)
         if len(output_metrics) == per_output.shape[0]:  # else compute_loss skipped super()
@@ -816,32 +817,35 @@ class GradientAccumulationModel(keras.Model):
                     per_output[index], sample_weight=n if weight is _ROWS else weight
                 )
 
-    def _global_denominators(self, schedule, all_sum) -> dict[int, tf.Tensor]:
-        """Denominators of masked and sample-weight-averaged losses over the whole batch.
+    def _recorded_terms(self, y, y_pred, sample_weight) -> list[loss_split.LossTerm]:
+        """Each output's loss on one micro-batch, as Keras computes it, in parts."""
 
-        They must be known before the first backward pass. Which outputs need one is found
+        def split(index, loss, y_true, y_pred_output, output_weight):
+            return loss_split.split(loss, y_true, y_pred_output, output_weight)
+
+        return adapter.compile_loss_terms(self, y, y_pred, sample_weight, split)
+
+    def _global_totals(self, schedule, all_sum) -> dict[int, dict[int, list[tf.Tensor]]]:
+        """The whole batch's sums that shares need (masks' valid counts, sums of sample
+        weights; ``loss_split.Part.summed``), per output and part.
+
+        They must be known before the first backward pass. Which outputs need them is found
         at trace time from the first micro-batch in inference mode; their sums come from a
         forward-only pass over the micro-batches (no dropout, no state updates), of which
         TensorFlow keeps only what the masks and weights depend on.
         """
         (xj, yj, swj), _, _ = schedule.first()
-        probe = adapter.compile_loss_terms(self, yj, self._forward(xj, training=False), swj)
-        deferred = [
-            (i, t.kind) for i, t in enumerate(probe) if t.kind in (adapter.MASKED, adapter.WEIGHTS)
-        ]
-        if not deferred:
+        terms = self._recorded_terms(yj, self._forward(xj, training=False), swj)
+        layout, first = loss_split.summed(terms)
+        if not layout:
             return {}
-
-        def denominators(terms):
-            return tf.stack([tf.cast(terms[i].denominator, tf.float32) for i, _ in deferred])
-
-        sums = denominators(probe)
+        sums = tf.stack(first)
         for segment in schedule.segments():
 
             def body(j, sums, segment=segment):
                 (xj, yj, swj), _, _ = segment.fetch(j)
-                terms = adapter.compile_loss_terms(self, yj, self._forward(xj, training=False), swj)
-                return j + 1, sums + denominators(terms)
+                terms = self._recorded_terms(yj, self._forward(xj, training=False), swj)
+                return j + 1, sums + tf.stack(loss_split.summed(terms)[1])
 
             if segment.inline:
                 _, sums = body(segment.lo, sums)
@@ -849,25 +853,11 @@ class GradientAccumulationModel(keras.Model):
             _, sums = tf.while_loop(
                 lambda j, _, hi=segment.hi: j < hi, body, (segment.lo, sums), parallel_iterations=1
             )
-        sums = all_sum(sums)
-        # Keras divides a masked mean by (valid count + epsilon).
-        epsilon = keras.config.epsilon()
-        return {
-            i: sums[position] + (epsilon if kind == adapter.MASKED else 0.0)
-            for position, (i, kind) in enumerate(deferred)
-        }
+        return loss_split.totals_of(layout, all_sum(sums))
 
 
-# A per-output metric weighted by the batch's rows (see ``_term_shares``).
+# A per-output metric weighted by the batch's rows (see ``compute_loss``).
 _ROWS = object()
-
-
-def _divide_no_nan(numerator: Any, denominator: Any) -> Any:
-    """``numerator / denominator``, 0 where the denominator is 0 (on every backend)."""
-    if _BACKEND == "tensorflow":
-        return tf.math.divide_no_nan(numerator, denominator)
-    zero = denominator == 0
-    return ops.where(zero, 0.0, numerator / ops.where(zero, 1.0, denominator))
 
 
 class _Predictions:
@@ -921,6 +911,16 @@ class _Predictions:
 def _xla_on_cpu() -> bool:
     """Whether XLA compiles this step for the CPU (no GPU or TPU is visible)."""
     return not any(tf.config.list_logical_devices(kind) for kind in ("GPU", "TPU"))
+
+
+def _unreduced_on_jax(term: loss_split.LossTerm) -> ValueError:
+    return ValueError(
+        f"GradientAccumulationModel: loss {inexact_cases.describe_loss(term.loss)} returns "
+        f"unreduced values of shape {tuple(term.value.shape)} (reduction="
+        f"{getattr(term.loss, 'reduction', None)!r}), and Keras's JAX trainer differentiates "
+        "only a scalar loss (plain fit fails on it too); use another reduction, or reduce the "
+        "values in call() or in compute_loss."
+    )
 
 
 def _bypass_error(cls_name: str, k: int) -> ValueError:

@@ -8,11 +8,11 @@ keeps that contract and replaces the single backward pass of the whole batch wit
    most one row, long ones first (``micro_batch_sizes``: the same cut as on JAX);
 2. per micro-batch, a forward pass and ``torch.autograd.grad`` of its exactly weighted
    *share* of the whole batch's loss (the model's own ``compute_loss`` in its collecting
-   mode, the split every backend shares), added into float32 accumulators; the
-   micro-batch's graph is freed before the next forward pass, so one micro-batch's
+   mode: ``loss_split``, the split every backend shares), added into float32 accumulators;
+   the micro-batch's graph is freed before the next forward pass, so one micro-batch's
    activations are alive at a time. Masked and sample-weight-averaged losses divide by the
-   whole batch's denominator, from a forward-only pass (``torch.no_grad``, inference mode)
-   over the micro-batches first;
+   whole batch's sums, from a forward-only pass (``torch.no_grad``, inference mode) over
+   the micro-batches first;
 3. weight regularizers differentiated once, the optimizer applied once, and the loss
    tracker, the per-output losses and every compiled metric updated once with the whole
    batch's predictions (their Keras masks included, as plain Keras's torch step gives its
@@ -32,6 +32,7 @@ import torch
 from keras import ops, tree
 
 from tfx_accum.components.accumulation import keras_adapter as adapter
+from tfx_accum.components.accumulation import loss_split
 from tfx_accum.components.accumulation.micro_batch_sizes import micro_batch_cuts
 
 __all__ = ["train_step"]
@@ -43,8 +44,21 @@ def _rows(structure: Any) -> int:
 
 
 def _cut(structure: Any, start: int, size: int) -> Any:
-    """Rows ``start .. start + size`` of every tensor in ``structure``."""
+    """Rows ``start .. start + size`` of every tensor in ``structure`` (views)."""
     return tree.map_structure(lambda t: None if t is None else t[start : start + size], structure)
+
+
+def _micro_batch(x, y, sample_weight, start: int, size: int) -> tuple:
+    """One micro-batch of the batch: views of the inputs and targets, and a copy of the
+    sample weights. Keras's ``Loss.__call__`` on torch multiplies the sample weights by a
+    mask in place (``apply_mask``: ``sample_weight *= float_mask``, Keras 3.8 to 3.15), so
+    each loss evaluation needs weights of its own; the batch's stay as given (for the
+    metrics, and for the next micro-batch)."""
+    xj, yj = _cut((x, y), start, size)
+    swj = tree.map_structure(
+        lambda t: None if t is None else t[start : start + size].clone(), sample_weight
+    )
+    return xj, yj, swj
 
 
 def train_step(model: Any, data: Any, plain_step) -> dict:
@@ -77,7 +91,7 @@ def _accumulate(model, cuts, n, x, y, sw, activity_kinds) -> dict:
     trainable = model.trainable_weights
     parameters = [v.value for v in trainable]
     samples = ops.convert_to_tensor(float(n), "float32")
-    step = _Step(samples, _global_denominators(model, cuts, x, y, sw))
+    step = _Step(samples, _global_totals(model, cuts, x, y, sw))
     step.static_n = n
     step.activity_kinds = activity_kinds
     model._step = step
@@ -88,7 +102,7 @@ def _accumulate(model, cuts, n, x, y, sw, activity_kinds) -> dict:
     loss_sum, outputs_sum, predictions = None, None, []
     metric_weights, uses_super = [], True
     for start, size in cuts:
-        xj, yj, swj = _cut((x, y, sw), start, size)
+        xj, yj, swj = _micro_batch(x, y, sw, start, size)
         y_pred = model._forward(xj)
         share = ops.convert_to_tensor(size / n, "float32")
         objective, logged = model._micro_batch_share(step, share, xj, yj, y_pred, swj)
@@ -163,40 +177,33 @@ def _whole_batch(structure: Any, predictions: list[list[tuple[Any, Any]]]) -> An
     return tree.pack_sequence_as(structure, whole)
 
 
-def _global_denominators(model, cuts, x, y, sw) -> dict[int, Any]:
-    """Denominators of masked and sample-weight-averaged losses over the whole batch.
+def _global_totals(model, cuts, x, y, sw) -> dict[int, dict[int, list[Any]]]:
+    """The whole batch's sums that the micro-batches' shares need (masks' valid counts, sums
+    of sample weights; ``loss_split.Part.summed``), per output and part.
 
-    Which outputs need one is found from the first micro-batch in inference mode; their
-    sums come from a forward-only pass over the micro-batches, before the first backward
-    pass. Whether any output needs one is remembered per compiled loss and batch layout.
+    What is needed is found from the first micro-batch in inference mode; the sums come from a
+    forward-only pass over the micro-batches, before the first backward pass. That nothing is
+    needed is remembered per compiled loss and batch layout (a forward pass saved per step).
     """
     layout = _batch_layout(model, x, y, sw)
-    known = model.__dict__.get("_torch_no_denominators")
+    known = model.__dict__.get("_torch_no_totals")
     if known is not None and known[0] is layout[0] and known[1:] == layout[1:]:
         return {}
 
-    def terms_of(start, size):
-        xj, yj, swj = _cut((x, y, sw), start, size)
-        return adapter.compile_loss_terms(model, yj, model._forward(xj, training=False), swj)
+    def summed(start, size):
+        xj, yj, swj = _micro_batch(x, y, sw, start, size)
+        terms = model._recorded_terms(yj, model._forward(xj, training=False), swj)
+        return loss_split.summed(terms)
 
-    later = (adapter.MASKED, adapter.WEIGHTS)
     with torch.no_grad():
-        terms = terms_of(*cuts[0])
-        deferred = [(i, t.kind) for i, t in enumerate(terms) if t.kind in later]
-        if not deferred:
-            object.__setattr__(model, "_torch_no_denominators", layout)
+        parts, first = summed(*cuts[0])
+        if not parts:
+            object.__setattr__(model, "_torch_no_totals", layout)
             return {}
-        sums = [ops.cast(terms[i].denominator, "float32") for i, _ in deferred]
+        sums = torch.stack(first)
         for start, size in cuts[1:]:
-            terms = terms_of(start, size)
-            sums = [
-                s + ops.cast(terms[i].denominator, "float32") for s, (i, _) in zip(sums, deferred)
-            ]
-    epsilon = keras.config.epsilon()  # Keras divides a masked mean by (valid count + epsilon)
-    return {
-        i: total + (epsilon if kind == adapter.MASKED else 0.0)
-        for total, (i, kind) in zip(sums, deferred)
-    }
+            sums = sums + torch.stack(summed(start, size)[1])
+    return loss_split.totals_of(parts, sums)
 
 
 def _batch_layout(model, x, y, sw) -> tuple:
