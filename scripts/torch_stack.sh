@@ -77,4 +77,5 @@ KERAS_BACKEND=torch TFX_ACCUM_TESTS_INSTALLED=1 TFX_ACCUM_TESTS_WITHOUT_TENSORFL
   "$ROOT/tests/accumulation/test_core_install.py" \
   "$ROOT/tests/accumulation/test_keras_surprises.py" \
   "$ROOT/tests/accumulation/test_accumulation.py" \
-  "$ROOT/tests/accumulation/test_exactness_matrix.py" -k "not peak_memory and not xla"
+  "$ROOT/tests/accumulation/test_exactness_matrix.py" \
+  "$ROOT/tests/accumulation/test_loss_matrix.py" -k "not peak_memory and not xla"

@@ -538,8 +538,8 @@ class GradientAccumulationModel(keras.Model):
         outputs = loss_split.compiled_shares(terms, shares)
         for index, (term, output) in enumerate(zip(terms, outputs)):
             self._note_loss_problem(index, term)
-            if output.unreduced and _BACKEND == "jax":
-                raise _unreduced_on_jax(term)
+            if output.unreduced and _BACKEND in _SCALAR_TRAINERS:
+                raise _unreduced_refused(term)
             # The <output>_loss metric, as plain Keras updates it: with the output's value
             # weighted by the static batch size, or its values' mean weighted by the rows.
             step.per_output.append(output.logged)
@@ -913,13 +913,18 @@ def _xla_on_cpu() -> bool:
     return not any(tf.config.list_logical_devices(kind) for kind in ("GPU", "TPU"))
 
 
-def _unreduced_on_jax(term: loss_split.LossTerm) -> ValueError:
+# The backends whose Keras trainer differentiates only a scalar loss (``jax.value_and_grad``,
+# torch's ``backward()``): there plain ``fit`` fails on unreduced values.
+_SCALAR_TRAINERS = {"jax": "JAX", "torch": "PyTorch"}
+
+
+def _unreduced_refused(term: loss_split.LossTerm) -> ValueError:
     return ValueError(
         f"GradientAccumulationModel: loss {inexact_cases.describe_loss(term.loss)} returns "
         f"unreduced values of shape {tuple(term.value.shape)} (reduction="
-        f"{getattr(term.loss, 'reduction', None)!r}), and Keras's JAX trainer differentiates "
-        "only a scalar loss (plain fit fails on it too); use another reduction, or reduce the "
-        "values in call() or in compute_loss."
+        f"{getattr(term.loss, 'reduction', None)!r}), and Keras's {_SCALAR_TRAINERS[_BACKEND]} "
+        "trainer differentiates only a scalar loss (plain fit fails on it too); use another "
+        "reduction, or reduce the values in call() or in compute_loss."
     )
 
 
