@@ -7,15 +7,22 @@ SavedModel, predicts the same split in batches of 4,096 through the same ``servi
 and ``transform_labels`` signatures, and computes the same metrics with numpy (accuracy, the
 majority class's share, the lift, the count). Each runs in a fresh process of its own; per
 side: wall time, CPU seconds (the process and any Beam worker processes), peak resident
-memory (the largest process), and rows per second.
+memory (the largest process), rows per second, and the machine's 1-minute load average
+before and after.
+
+``--before REF`` also runs the Evaluator of another commit of this project (its tree, from
+``git archive REF``, laid out as the package is installed and put first on the child's
+``PYTHONPATH``) on the same split and model, alternating with this tree's in each round
+(``--rounds``), so that both see about the same load: the ratio of the two and whether their
+metrics are equal are reported.
 
 The model comes from one pipeline run (``--run-dir`` to reuse a finished one) on a small
 CSV of 4 numeric columns and a 10-class label; the eval splits are written here as
 ExampleGen writes them (gzipped tf.Examples, one ``Split-eval`` folder), from the same
 rule, so that their size is what is measured.
 
-Run with ``python -m bench.evaluator [--rows 333000 667000]``; the figures go to
-``bench/results/evaluator.md`` and ``evaluator.json``.
+Run with ``python -m bench.evaluator [--rows 333000 667000] [--before main --rounds 2]``;
+the figures go to ``bench/results/evaluator.md`` and ``evaluator.json``.
 """
 
 from __future__ import annotations
@@ -23,7 +30,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -182,61 +191,136 @@ def child(argv: list[str]) -> int:
     own, kids = (
         resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
     )
+    import tfx_accum.pipeline.evaluation
+
     figures = {
         "wall_s": wall,
         "cpu_s": time.process_time() - cpu + kids.ru_utime + kids.ru_stime,
         "peak_gib": max(own.ru_maxrss, kids.ru_maxrss) / 2**20,
         "metrics": metrics,
+        "code": tfx_accum.pipeline.evaluation.__file__,  # which tree's project code ran
     }
     print("RESULT " + json.dumps(figures))
     return 0
 
 
-def measure(side: str, examples: Path, model: Path, work: Path, mode: str, rows: int) -> dict:
+def measure(
+    side: str, examples: Path, model: Path, work: Path, mode: str, rows: int, tree: Path | None
+) -> dict:
+    """One side in a fresh process: this tree's code, or (``tree``) a package tree's
+    (:func:`package_tree`), first on the child's ``PYTHONPATH``."""
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    cwd = ROOT
+    if tree is not None:  # not the repository as the working directory: it holds tfx_accum/
+        env["PYTHONPATH"] = os.pathsep.join([str(tree), str(ROOT)])
+        cwd = tree.parent
+    load = os.getloadavg()[0]
     proc = subprocess.run(
         [sys.executable, "-m", "bench.evaluator", "--child", side, str(examples), str(model),
          str(work), mode],
-        capture_output=True, text=True, cwd=ROOT, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+        capture_output=True, text=True, cwd=cwd, env=env,
     )  # fmt: skip
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
     if proc.returncode != 0 or not lines:
         raise RuntimeError(f"{side} on {rows:,} rows failed:\n{proc.stderr[-3000:]}")
     figures = json.loads(lines[-1].removeprefix("RESULT "))
+    expected = tree if tree is not None else ROOT
+    if not Path(figures["code"]).is_relative_to(expected):
+        raise RuntimeError(f"{side} ran {figures['code']}, not the code under {expected}")
     figures["rows_per_s"] = rows / figures["wall_s"]
+    figures["load"] = [load, os.getloadavg()[0]]
     return figures
 
 
-def markdown(results: list[dict], mode: str) -> str:
+def package_tree(ref: str, work: Path) -> Path:
+    """``ref``'s files (``git archive``) laid out as the installed package (pyproject's
+    ``[tool.setuptools.package-dir]``): a folder holding ``tfx_accum``."""
+    source, tree = work / "source", work / "site"
+    source.mkdir(parents=True)
+    tree.mkdir()
+    archive = subprocess.run(
+        ["git", "-C", str(ROOT), "archive", ref], capture_output=True, check=True
+    ).stdout
+    subprocess.run(["tar", "-x", "-C", str(source)], input=archive, check=True)
+    text = (source / "pyproject.toml").read_text()
+    section = re.search(r"^\[tool\.setuptools\.package-dir\]\n(.*?)(?=^\[|\Z)", text, re.M | re.S)
+    for name, folder in re.findall(r'^"([\w.]+)"\s*=\s*"([^"]+)"', section.group(1), re.M):
+        # tfx_accum first; its sub-packages are then links inside the linked folder.
+        tree.joinpath(*name.split(".")).symlink_to(source / folder)
+    return tree
+
+
+def _cell(figures: dict) -> str:
+    load = " / ".join(f"{x:.1f}" for x in figures["load"])
+    return (
+        f"{figures['wall_s']:.1f} s | {figures['cpu_s']:.1f} s | {figures['peak_gib']:.2f} GiB | "
+        f"{figures['rows_per_s']:,.0f} | {load}"
+    )
+
+
+def _median_ratio(runs: list[dict], side: str, other: str, key: str) -> tuple[float, list]:
+    ratios = [r[side][key] / r[other][key] for r in runs]
+    return statistics.median(ratios), ratios
+
+
+def markdown(results: list[dict], mode: str, before: str | None) -> str:
     lines = [
         "# Evaluator benchmark (`python -m bench.evaluator`)",
         "",
-        f"Machine: {os.cpu_count()} CPU cores (shared). TFX's Evaluator executor (TFMA, "
-        "the pipeline's custom_extractors and TFXIO batching by bytes, "
+        f"Machine: {os.cpu_count()} CPU cores (shared; load: the 1-minute load average before "
+        "/ after each process). TFX's Evaluator executor (TFMA, the pipeline's "
+        "custom_extractors and TFXIO batching by bytes, "
         f"Beam DirectRunner `{mode}`) against a plain process (the same SavedModel's "
         "signatures in batches of 4,096, metrics in numpy), each in a fresh process, on the "
         "same eval split (4 numeric columns, 10 classes). CPU: the process and its Beam "
         "workers; peak: the largest process's resident memory.",
+    ]
+    if before:
+        lines += [
+            "",
+            f"`evaluator ({before})`: the Evaluator of the project at `{before}` on the same "
+            "split and model, alternating with this tree's in each round (the order swapped "
+            "from one round to the next).",
+        ]
+    lines += [
         "",
-        "| eval rows | side | wall | CPU | peak RSS | rows/s |",
-        "| --- | --- | --- | --- | --- | --- |",
+        "| eval rows | round | side | wall | CPU | peak RSS | rows/s | load |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in results:
-        for side in ("evaluator", "plain"):
-            f = r[side]
-            lines.append(
-                f"| {r['rows']:,} | {side} | {f['wall_s']:.1f} s | {f['cpu_s']:.1f} s | "
-                f"{f['peak_gib']:.2f} GiB | {f['rows_per_s']:,.0f} |"
+        for number, run in enumerate(r["rounds"], 1):
+            for side in run["order"]:
+                label = f"evaluator ({before})" if side == "before" else side
+                lines.append(f"| {r['rows']:,} | {number} | {label} | {_cell(run[side])} |")
+        lines.append(f"| {r['rows']:,} | | plain | {_cell(r['plain'])} |")
+    lines += ["", "Ratios (medians over rounds of each round's ratio):", ""]
+    for r in results:
+        plain = [{**run, "plain": r["plain"]} for run in r["rounds"]]
+        wall, _ = _median_ratio(plain, "evaluator", "plain", "wall_s")
+        cpu, _ = _median_ratio(plain, "evaluator", "plain", "cpu_s")
+        line = f"- {r['rows']:,} rows: Evaluator / plain **{wall:.1f}x** wall, **{cpu:.1f}x** CPU"
+        if before:
+            wall, walls = _median_ratio(r["rounds"], "evaluator", "before", "wall_s")
+            cpu, cpus = _median_ratio(r["rounds"], "evaluator", "before", "cpu_s")
+            each = ", ".join(f"{w:.2f}x / {c:.2f}x" for w, c in zip(walls, cpus))
+            line += (
+                f"; this tree / `{before}` **{wall:.2f}x** wall, **{cpu:.2f}x** CPU "
+                f"(per round, wall / CPU: {each})"
             )
-        e, p = r["evaluator"], r["plain"]
-        lines.append(
-            f"| {r['rows']:,} | **ratio** | **{e['wall_s'] / p['wall_s']:.1f}x** | "
-            f"**{e['cpu_s'] / p['cpu_s']:.1f}x** | **{e['peak_gib'] / p['peak_gib']:.1f}x** | |"
-        )
+        lines.append(line)
     lines += ["", "Metrics (Evaluator / plain):", ""]
     for r in results:
-        e, p = r["evaluator"]["metrics"], r["plain"]["metrics"]
+        e, p = r["rounds"][0]["evaluator"]["metrics"], r["plain"]["metrics"]
         cells = ", ".join(f"{k} {e.get(k, float('nan')):.6g} / {v:.6g}" for k, v in p.items())
         lines.append(f"- {r['rows']:,} rows: {cells}")
+        if before:
+            same = all(
+                run[side]["metrics"] == e for run in r["rounds"] for side in ("evaluator", "before")
+            )
+            lines.append(
+                f"  - every round's metrics of this tree and of `{before}` equal (bit for bit): "
+                f"{'yes' if same else 'NO'}"
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -250,28 +334,45 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--beam-mode", choices=["in_memory", "multi_processing"], default="in_memory"
     )
+    parser.add_argument("--before", metavar="REF", help="a commit whose Evaluator to compare")
+    parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--output", type=Path, default=ROOT / "bench" / "results")
     args = parser.parse_args(argv)
     results = []
+    before = None
+    if args.before:  # the ref as given and the commit it named when measured
+        commit = subprocess.run(
+            ["git", "-C", str(ROOT), "rev-parse", "--short", args.before],
+            capture_output=True, text=True, check=True,
+        ).stdout.strip()  # fmt: skip
+        before = args.before if commit.startswith(args.before) else f"{args.before} ({commit})"
     with tempfile.TemporaryDirectory(dir="/tmp") as tmp:
         work = Path(tmp)
+        tree = package_tree(args.before, work / "before") if args.before else None
         model = model_dir(args.run_dir or train(work))
         for rows in args.rows:
             examples = work / f"examples-{rows}"
             write_eval_split(examples, rows)
-            results.append(
-                {
-                    "rows": rows,
-                    "evaluator": measure(
-                        "evaluator", examples, model, work / f"eval-{rows}", args.beam_mode, rows
-                    ),
-                    "plain": measure("plain", examples, model, work, args.beam_mode, rows),
-                }
-            )
+            rounds = []
+            for number in range(args.rounds):
+                order = ["evaluator", "before"] if args.before else ["evaluator"]
+                order = order[::-1] if number % 2 else order
+                run = {"order": order}
+                for side in order:
+                    out = work / f"{side}-{rows}-{number}"
+                    run[side] = measure(
+                        "evaluator", examples, model, out, args.beam_mode, rows,
+                        tree if side == "before" else None,
+                    )  # fmt: skip
+                    print(json.dumps({"rows": rows, "round": number, side: run[side]}), flush=True)
+                rounds.append(run)
+            plain = measure("plain", examples, model, work, args.beam_mode, rows, None)
+            results.append({"rows": rows, "rounds": rounds, "plain": plain})
             print(json.dumps(results[-1]), flush=True)
     args.output.mkdir(parents=True, exist_ok=True)
-    (args.output / "evaluator.json").write_text(json.dumps(results, indent=2) + "\n")
-    text = markdown(results, args.beam_mode)
+    output = {"before": before, "beam_mode": args.beam_mode, "results": results}
+    (args.output / "evaluator.json").write_text(json.dumps(output, indent=2) + "\n")
+    text = markdown(results, args.beam_mode, before)
     (args.output / "evaluator.md").write_text(text)
     print(text)
     return 0

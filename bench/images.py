@@ -2,9 +2,9 @@
 without gradient accumulation (the StackOverflow question behind this project).
 
 ``python -m bench.images`` trains, each in a process of its own and through the
-pipeline's own code (the embedded PNG examples, ``describe_data``, the Keras
-``Preprocessor``, ``build_model("densenet121", ...)``), a few optimizer updates at
-effective batch ``EFFECTIVE_BATCH``:
+pipeline's own code (the embedded PNG examples, TFDV's statistics of them, ``describe``,
+the exported ``Preprocessor`` on ``parse_raw``'s features, ``build_model("densenet121",
+...)``), a few optimizer updates at effective batch ``EFFECTIVE_BATCH``:
 
 - without GA: one micro-batch of ``EFFECTIVE_BATCH`` (k=1);
 - with GA: ``k`` micro-batches of ``EFFECTIVE_BATCH // k``.
@@ -28,6 +28,7 @@ from pathlib import Path
 EFFECTIVE_BATCH = 1024
 SPLITS = ((1, 1024), (8, 128), (32, 32))  # (k, micro-batch); k * micro == EFFECTIVE_BATCH
 UPDATES = 3
+MODEL = "densenet121"
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
@@ -39,30 +40,60 @@ def _peak_rss_mib() -> float:
     raise RuntimeError("no VmHWM in /proc/self/status (Linux only)")
 
 
-def one(k: int, micro: int) -> dict:
-    """One configuration, in this process."""
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    import keras
+def image_examples():
+    """The embedded digit images as the Tuner and Trainer read them: the description from
+    the schema and TFDV's statistics of the examples (what StatisticsGen computes; in this
+    process, bench.tfx_floor), and ``(model inputs, class index)`` pairs through the
+    ``Preprocessor`` the model is exported with."""
     import tensorflow as tf
     from tensorflow_metadata.proto.v0 import schema_pb2
 
-    from tfx_accum.components.data.datasets import preprocess_records
-    from tfx_accum.components.data.features import Preprocessor, describe_data
-    from tfx_accum.components.training.models import build_model
+    from bench.tfx_floor import batches, decode_tfx_bsl, tfdv_statistics
+    from tfx_accum.components.data.features import Preprocessor, describe, first_bytes_values
+    from tfx_accum.components.data.raw_features import parse_raw
+    from tfx_accum.components.data.statistics import SplitStatistics
+    from tfx_accum.components.settings import ModelSettings
     from tfx_accum.pipeline.checks.data import digit_image_examples
 
-    records = tf.data.Dataset.from_tensor_slices(digit_image_examples())
+    records = digit_image_examples()
     schema = schema_pb2.Schema()
     schema.feature.add(name="image", type=schema_pb2.BYTES)
     schema.feature.add(name="label", type=schema_pb2.INT)
-    data = describe_data(records, schema, "label")
-    examples = preprocess_records(records, data, Preprocessor(data)).unbatch().cache()
+    statistics = SplitStatistics.from_proto(tfdv_statistics(decode_tfx_bsl(batches(records))))
+    serialized = tf.data.Dataset.from_tensor_slices(records)
+    data = describe(
+        schema,
+        statistics,
+        ModelSettings(model=MODEL, label_key="label"),
+        sample=first_bytes_values(serialized, schema),
+    )
+    preprocessor = Preprocessor(data)
+
+    def preprocess(batch):
+        raw = parse_raw(batch, data, with_label=True)
+        label = preprocessor.encode_label(raw.pop(data.label_key))
+        return preprocessor(raw), label
+
+    return data, serialized.batch(256).map(preprocess).unbatch().cache()
+
+
+def one(k: int, micro: int, updates: int = UPDATES, model_name: str = MODEL) -> dict:
+    """One configuration, in this process: ``updates`` optimizer updates of ``k``
+    micro-batches of ``micro`` examples. ``model_name``: another built-in image model
+    runs the same steps (the bench's smoke test uses ``cnn``: DenseNet121's training
+    step takes minutes to trace on two cores)."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import keras
+
+    from tfx_accum.components.training.models import build_model
+
+    data, examples = image_examples()
     keras.utils.set_random_seed(0)
-    model = build_model("densenet121", data, k, 1e-3)
+    model = build_model(model_name, data, k, 1e-3)
     # Warm-up on a batch of k single examples (one per micro-batch): tracing, allocators.
     model.fit(examples.take(k).batch(k), epochs=1, verbose=0)
     idle = _peak_rss_mib()
-    batches = examples.repeat().batch(k * micro).take(UPDATES + 1)
+    batches = examples.repeat().batch(k * micro).take(updates + 1)
     start = None
     times = []
 
@@ -124,7 +155,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["--one"]:
-        print(json.dumps(one(int(sys.argv[2]), int(sys.argv[3]))))
+    if sys.argv[1:2] == ["--one"]:  # --one K MICRO [UPDATES]
+        print(json.dumps(one(*map(int, sys.argv[2:5]))))
     else:
         main()

@@ -5,7 +5,9 @@ that dict typed and checked: the pipeline writes it with :func:`module_config` (
 :meth:`ModuleConfig.to_custom_config`), and ``tuner_fn`` and ``run_fn`` read it with
 :meth:`ModuleConfig.from_custom_config`, which runs the same checks. A misspelt key fails
 where the pipeline is written, with the closest key (search-space keys included), and
-would fail with the same line in the Tuner before any work.
+would fail with the same line in the Tuner before any work. For a model function it also
+writes ``model_code``, the code's key (components/training/model_code.py), so that TFX's
+cache runs the Tuner and Trainer again when the model's module changes.
 
 Importing this module is cheap (no TensorFlow), so a pipeline file and the command line
 can use it.
@@ -45,6 +47,7 @@ from tfx_accum.components.settings import (
     validate_positive_float,
     validate_positive_int,
 )
+from tfx_accum.components.training.model_code import with_code
 
 __all__ = ["MODULE_CONFIG_KEYS", "ModuleConfig", "module_config"]
 
@@ -199,6 +202,13 @@ def module_config(**keys: Any) -> dict[str, Any]:
     ``densenet121``, ``package.module:function`` or the function itself), ``label_key``,
     ``search_space`` (a dict of the search space's settings), ... . Raises a one-line
     ``ValueError`` for a key or value the modules would refuse, before any component runs.
+
+    For a model function (and ``model_hyperparameters``' function), ``model_code`` is
+    filled in with the code of their modules and of what they import from the user's
+    directory (components/training/model_code.py): TFX's cache key is the component's
+    properties, ``custom_config`` among them, so an edited model is searched and trained
+    again. A ``model_code`` given is kept only where their modules are not found here (a
+    pipeline compiled for an image that holds them).
     """
     if callable(keys.get("model")):
         keys["model"] = function_reference(keys["model"], "model")
@@ -206,7 +216,9 @@ def module_config(**keys: Any) -> dict[str, Any]:
         keys["model_hyperparameters"] = function_reference(
             keys["model_hyperparameters"], "model_hyperparameters"
         )
-    return ModuleConfig.from_custom_config(keys).to_custom_config()
+    config = ModuleConfig.from_custom_config(keys)
+    config = dataclasses.replace(config, model_settings=with_code(config.model_settings))
+    return config.to_custom_config()
 
 
 def function_reference(function: Callable[..., Any], key: str) -> str:

@@ -3,9 +3,11 @@
 :func:`eval_config` gives TFMA's ``EvalConfig`` for a task (components/data/tasks.py):
 
 - multiclass: accuracy (``SparseCategoricalAccuracy``, computed as Keras does but without
-  TensorFlow: components/training/baseline_metrics.py), ``ExampleCount``, and the
+  TensorFlow: components/training/baseline_metrics.py), the example count, and the
   majority-class baseline with the model's lift over it
-  (:class:`~tfx_accum.components.training.baseline_metrics.MajorityClassLift`);
+  (:class:`~tfx_accum.components.training.baseline_metrics.MajorityClassLift`), all three
+  read off one count of the classes (TFMA's ``example_count`` by
+  :class:`~tfx_accum.components.training.baseline_metrics.ClassExampleCount`);
 - binary: the same, and AUC, precision and recall of class 1 (TFMA's own metrics,
   binarized on class 1's column of ``scores``);
 - regression: ``MeanSquaredError``, ``MeanAbsoluteError``, ``ExampleCount``, and the mean
@@ -58,7 +60,7 @@ _CLASS_NAMES = {
 # Where a class is not TFMA's own: accuracy is computed without TensorFlow (TFMA's wrapper
 # of the Keras metric traces TF functions in every Evaluator).
 _MODULES = {"accuracy": baseline_metrics.__name__}
-EXAMPLE_COUNT = "example_count"
+EXAMPLE_COUNT = baseline_metrics.EXAMPLE_COUNT
 
 
 def eval_config(
@@ -98,8 +100,10 @@ def _metrics_specs(blessing: Blessing) -> list[tfma.MetricsSpec]:
     task = blessing.task
     if tasks.is_classification(task):
         names, lift = ["accuracy"], baseline_metrics.MajorityClassLift
+        count = baseline_metrics.metric_config(baseline_metrics.ClassExampleCount)
     else:
         names, lift = ["mse", "mae"], baseline_metrics.MeanPredictorLift
+        count = tfma.MetricConfig(class_name="ExampleCount")
     # The baseline gate, always: the lift over the trivial baseline must be positive.
     lift_config = baseline_metrics.metric_config(lift)
     lift_config.threshold.CopyFrom(_bound(lower=baseline_metrics.MIN_LIFT))
@@ -107,7 +111,7 @@ def _metrics_specs(blessing: Blessing) -> list[tfma.MetricsSpec]:
         tfma.MetricsSpec(
             metrics=[
                 *(_metric(name, blessing) for name in names),
-                tfma.MetricConfig(class_name="ExampleCount"),
+                count,
                 lift_config,
             ]
         )

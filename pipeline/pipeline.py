@@ -16,7 +16,6 @@ blessing threshold are run-time parameters of a compiled pipeline
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
@@ -42,7 +41,7 @@ from tfx_accum.components.settings import (
     Hyperparameters,
     ModelSettings,
 )
-from tfx_accum.components.training.model_code import model_code
+from tfx_accum.components.training.model_code import with_code
 from tfx_accum.components.training.pusher import Pusher
 from tfx_accum.components.training.tfx_components import Trainer, Tuner
 from tfx_accum.pipeline import run_parameters as params
@@ -128,10 +127,10 @@ def create_pipeline(
     """
     search_space = search_space or SearchSpace()
     model_settings = model_settings or ModelSettings()
-    if code := model_code(model_settings.model):
-        # In the Tuner's and Trainer's properties, so their cache keys: an edited model
-        # function (or a module it imports) is searched and trained again.
-        model_settings = dataclasses.replace(model_settings, model_code=tuple(code.items()))
+    # The code of the model's functions in the Tuner's and Trainer's properties, so their
+    # cache keys: an edited model function (or a module it imports) is searched and trained
+    # again.
+    model_settings = with_code(model_settings)
     custom_config: dict[str, Any] = model_settings.to_custom_config()
     label_key = model_settings.label_key
     run = params.RunParameters.of(

@@ -105,6 +105,11 @@ def _read_and_parse(
     return dataset.prefetch(tf.data.AUTOTUNE)
 
 
+def matched_files(file_patterns: list[str]) -> list[str]:
+    """The files that ``file_patterns`` (TFX's split patterns) match, in name order."""
+    return sorted(f for pattern in file_patterns for f in tf.io.gfile.glob(pattern))
+
+
 def records(files: list[str]) -> tf.data.Dataset:
     """The serialized ``tf.Example`` records of ``files`` (gzipped TFRecord files, as ExampleGen
     and Transform write them, or plain ones), one file after another in the given order."""

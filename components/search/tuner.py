@@ -32,11 +32,11 @@ from tfx_accum.components.accumulation.strategy import check_node_pool, choose_s
 from tfx_accum.components.custom_config import ModuleConfig
 from tfx_accum.components.data.datasets import (
     describe_data,
-    location_for_inputs,
     read_splits,
     training_examples,
     validation_examples,
 )
+from tfx_accum.components.data.input_keys import location_for_inputs
 from tfx_accum.components.search import parallel_search
 from tfx_accum.components.search.hypermodel import AccumulationHyperModel
 from tfx_accum.components.search.micro_batch_probe import (

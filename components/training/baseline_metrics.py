@@ -22,6 +22,14 @@ max of the scores against the class index, weighted), in Python like TFMA's own 
 metrics: TFMA's wrapper of the Keras metric of that name traces TensorFlow functions in
 every Evaluator, about 2 s of a 6.6 s Evaluator on the digits' 626 eval examples.
 
+The classification metrics (:class:`SparseCategoricalAccuracy`, :class:`MajorityClassLift`
+and :class:`ClassExampleCount`, TFMA's ``example_count``) are read off one count of the
+classes, as TFMA's own precision, recall and AUC are read off one confusion matrix: each
+metric's computations are the same counting ``MetricComputation`` (private name
+:data:`CLASS_COUNTS`; TFMA runs identical computations once and drops private names from
+its output) and a ``DerivedMetricComputation`` that writes the metric's own keys from the
+counts. An EvalConfig with all three has one per-example combiner where it had three.
+
 TFMA hands each combiner one example at a time (after unbatching the model's batched
 output), so the per-example work is what an Evaluator's time grows with (#31). The plain
 examples of this project's EvalConfig (one model, unweighted, numeric label and the
@@ -43,19 +51,22 @@ from tfx_accum import needs_tfx  # noqa: F401 - first: without the tfx extra, on
 # isort: split
 import collections
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import apache_beam as beam
 import numpy as np
 import tensorflow_model_analysis as tfma
-from tensorflow_model_analysis.metrics import metric_types, metric_util
+from tensorflow_model_analysis.metrics import example_count, metric_types, metric_util
 
 # The names of the values in TFMA's output (``tfma.load_eval_result``, the validation).
 ACCURACY = "sparse_categorical_accuracy"  # Keras's name for the same accuracy
+EXAMPLE_COUNT = example_count.EXAMPLE_COUNT_NAME  # TFMA's ExampleCount's name
 ACCURACY_LIFT = "accuracy_lift"  # accuracy - majority_class_share
 MAJORITY_CLASS_SHARE = "majority_class_share"  # the majority class's share of the split
 R_SQUARED = "r_squared"  # 1 - mse / mean_predictor_mse
 MEAN_PREDICTOR_MSE = "mean_predictor_mse"  # the labels' variance on the split
+# The counts the classification metrics share; private (a leading ``_``): not in the output.
+CLASS_COUNTS = "_class_counts"
 
 # The lift a model must reach to count as better than the baseline. Not 0: a model equal
 # to the baseline (a constant majority-class or mean model) scores a lift of 0 up to float
@@ -90,7 +101,7 @@ class MajorityClassLift(tfma.metrics.Metric):
     def __init__(self, name: str = ACCURACY_LIFT):
         super().__init__(
             metric_util.merge_per_key_computations(
-                _computations(_MajorityCombiner, MAJORITY_CLASS_SHARE)
+                _from_class_counts(_lift_and_share, MAJORITY_CLASS_SHARE)
             ),
             name=name,
         )
@@ -105,8 +116,26 @@ class SparseCategoricalAccuracy(tfma.metrics.Metric):
 
     def __init__(self, name: str = ACCURACY):
         super().__init__(
-            metric_util.merge_per_key_computations(_computations(_AccuracyCombiner)), name=name
+            metric_util.merge_per_key_computations(_from_class_counts(_accuracy)), name=name
         )
+
+
+class ClassExampleCount(tfma.metrics.Metric):
+    """TFMA's ``example_count`` (the examples, or their weight where weighted) for a
+    classification model, from the class counts the other classification metrics share
+    instead of a combiner of its own (TFMA's ``ExampleCount``).
+
+    Reads what :class:`MajorityClassLift` reads: a class index per example and its scores.
+    """
+
+    def __init__(self, name: str = EXAMPLE_COUNT):
+        super().__init__(
+            metric_util.merge_per_key_computations(_from_class_counts(_count)), name=name
+        )
+
+    @property
+    def compute_confidence_interval(self) -> bool:
+        return False  # as TFMA's ExampleCount: a count has no sampling error to report
 
 
 class MeanPredictorLift(tfma.metrics.Metric):
@@ -126,9 +155,10 @@ class MeanPredictorLift(tfma.metrics.Metric):
         )
 
 
-def _computations(combiner_class: type, *extra: str):
-    """TFMA's ``create_computations_fn`` for ``combiner_class``: one computation writing
-    the metric's own value (under its name, for thresholds) and the ``extra`` values."""
+def _per_key(build: Callable[..., metric_types.MetricComputations]):
+    """TFMA's ``create_computations_fn`` (the signature TFMA inspects) around
+    ``build(key, name, eval_config, example_weighted)``, where ``key(n)`` is metric ``n``'s
+    key for the model, output and sub key that TFMA asks for."""
 
     def computations(
         name: str,
@@ -138,7 +168,20 @@ def _computations(combiner_class: type, *extra: str):
         sub_key: metric_types.SubKey | None = None,
         example_weighted: bool = False,
     ) -> metric_types.MetricComputations:
-        keys = [_key(n, model_name, output_name, sub_key, example_weighted) for n in (name, *extra)]
+        def key(metric: str) -> metric_types.MetricKey:
+            return _key(metric, model_name, output_name, sub_key, example_weighted)
+
+        return build(key, name, eval_config, example_weighted)
+
+    return computations
+
+
+def _computations(combiner_class: type, *extra: str):
+    """TFMA's ``create_computations_fn`` for ``combiner_class``: one computation writing
+    the metric's own value (under its name, for thresholds) and the ``extra`` values."""
+
+    def build(key, name, eval_config, example_weighted):
+        keys = [key(n) for n in (name, *extra)]
         return [
             metric_types.MetricComputation(
                 keys=keys,
@@ -147,7 +190,47 @@ def _computations(combiner_class: type, *extra: str):
             )
         ]
 
-    return computations
+    return _per_key(build)
+
+
+def _from_class_counts(values: Callable[[_ClassCounts], tuple[float, ...]], *extra: str):
+    """TFMA's ``create_computations_fn`` for a metric read off the class counts: the
+    counting computation (the same for every such metric, so that TFMA runs it once) and
+    a derived one writing ``values(counts)`` under the metric's name and ``extra``."""
+
+    def build(key, name, eval_config, example_weighted):
+        counts_key = key(CLASS_COUNTS)
+        keys = [key(n) for n in (name, *extra)]
+
+        def result(metrics: dict) -> metric_types.MetricsDict:
+            return dict(zip(keys, values(metrics[counts_key])))
+
+        return [
+            metric_types.MetricComputation(
+                keys=[counts_key],
+                preprocessors=None,
+                combiner=_ClassCountsCombiner([counts_key], eval_config, example_weighted),
+            ),
+            metric_types.DerivedMetricComputation(keys=keys, result=result),
+        ]
+
+    return _per_key(build)
+
+
+def _accuracy(counts: _ClassCounts) -> tuple[float]:
+    return (counts.correct / counts.total if counts.total > 0 else float("nan"),)
+
+
+def _lift_and_share(counts: _ClassCounts) -> tuple[float, float]:
+    if counts.total <= 0:
+        return float("nan"), float("nan")
+    majority = max(counts.per_class.values())
+    # From the counts, so that a constant majority-class model's lift is exactly 0.
+    return (counts.correct - majority) / counts.total, majority / counts.total
+
+
+def _count(counts: _ClassCounts) -> tuple[float]:
+    return (counts.total,)
 
 
 # Rows an accumulator holds before it reduces them with numpy: bounds its memory (a few
@@ -248,7 +331,9 @@ class _ClassCounts:
         self.labels, self.scores = [], []
 
 
-class _MajorityCombiner(_Combiner):
+class _ClassCountsCombiner(_Combiner):
+    """The class counts (:class:`_ClassCounts`) of the examples, under :data:`CLASS_COUNTS`."""
+
     def __init__(self, keys, eval_config, example_weighted: bool):
         super().__init__(keys, eval_config, example_weighted, flatten=False)
 
@@ -280,7 +365,7 @@ class _MajorityCombiner(_Combiner):
     def _check_scores(self, size: int) -> None:
         if size < 2:
             raise ValueError(
-                f"{type(self).__name__} needs one score per class (at least 2 per "
+                f"{ACCURACY} and {ACCURACY_LIFT} need one score per class (at least 2 per "
                 f"example, the serving output's `scores`); got {size}."
             )
 
@@ -304,24 +389,8 @@ class _MajorityCombiner(_Combiner):
 
     def extract_output(self, accumulator: _ClassCounts) -> metric_types.MetricsDict:
         accumulator.reduce()
-        lift_key, share_key = self._keys
-        if accumulator.total <= 0:
-            return {lift_key: float("nan"), share_key: float("nan")}
-        majority = max(accumulator.per_class.values())
-        # From the counts, so that a constant majority-class model's lift is exactly 0.
-        return {
-            lift_key: (accumulator.correct - majority) / accumulator.total,
-            share_key: majority / accumulator.total,
-        }
-
-
-class _AccuracyCombiner(_MajorityCombiner):
-    def extract_output(self, accumulator: _ClassCounts) -> metric_types.MetricsDict:
-        accumulator.reduce()
         (key,) = self._keys
-        if accumulator.total <= 0:
-            return {key: float("nan")}
-        return {key: accumulator.correct / accumulator.total}
+        return {key: accumulator}
 
 
 @dataclasses.dataclass

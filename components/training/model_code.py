@@ -10,11 +10,18 @@ every module it imports from the user's directory, each by its path, found by re
 ``importlib``, is not seen). The user's directory is the one the module is found in on the
 module search path; a module installed among the libraries (``site-packages``) counts its
 own package's files only.
+
+The model settings name up to two functions (:data:`FUNCTION_KEYS`): the model's and
+``model_hyperparameters``, the one that declares the hyperparameters the model reads; the
+code of both is the settings' (:func:`settings_code`), in ``ModelSettings.model_code``
+(:func:`with_code`: TFX's cache key) and in the search's and backup's key
+(:func:`model_key`).
 """
 
 from __future__ import annotations
 
 import ast
+import dataclasses
 import hashlib
 import importlib.util
 import json
@@ -24,6 +31,8 @@ from pathlib import Path
 from tfx_accum.components.settings import ModelSettings, is_model_function
 
 _LIBRARY_DIRS = ("site-packages", "dist-packages")
+# The ModelSettings fields that name a function of the user's, whose code is the settings'.
+FUNCTION_KEYS = ("model", "model_hyperparameters")
 
 
 def _origin(name: str) -> Path | None:
@@ -124,10 +133,42 @@ def changed_files(before: dict[str, str], after: dict[str, str]) -> list[str]:
     return sorted(p for p in {*before, *after} if before.get(p) != after.get(p))
 
 
+def functions(settings: ModelSettings) -> list[tuple[str, str]]:
+    """``(setting, package.module:function)`` of each function the settings name."""
+    named = [(key, getattr(settings, key)) for key in FUNCTION_KEYS]
+    return [(key, reference) for key, reference in named if is_model_function(reference)]
+
+
+def settings_code(settings: ModelSettings) -> dict[str, str]:
+    """:func:`model_code` of the model function and of ``model_hyperparameters``'
+    function, together (``{}`` for a built-in model without one)."""
+    files: dict[str, str] = {}
+    for _, reference in functions(settings):
+        files.update(model_code(reference))
+    return dict(sorted(files.items()))
+
+
+def with_code(settings: ModelSettings) -> ModelSettings:
+    """``settings`` with ``model_code`` set to :func:`settings_code`, so that the Tuner's
+    and Trainer's ``custom_config`` (TFX's cache key) changes with the code; as they are
+    where no function's module is found here (a pipeline compiled for an image that holds
+    it)."""
+    code = settings_code(settings)
+    return dataclasses.replace(settings, model_code=tuple(code.items())) if code else settings
+
+
+def changed_functions(settings: ModelSettings, changed: list[str]) -> list[tuple[str, str]]:
+    """``(setting, reference)`` of the functions whose code holds one of the ``changed``
+    files (:func:`changed_files`); the model's alone when none does (a file its code no
+    longer imports)."""
+    owners = [(key, ref) for key, ref in functions(settings) if set(model_code(ref)) & {*changed}]
+    return owners or functions(settings)[:1]
+
+
 def model_key(settings: ModelSettings) -> dict:
     """The model settings as the Tuner's search and the Trainer's backup are keyed by
-    them: with the code's digest for a model function (a built-in model's key is its
-    settings alone)."""
+    them: with the digest of their functions' code (:func:`settings_code`; a built-in
+    model's key is its settings alone)."""
     config = settings.to_custom_config()
-    code = code_key(model_code(settings.model))
+    code = code_key(settings_code(settings))
     return {**config, "code": code} if code else config

@@ -40,9 +40,9 @@ from tfx_accum.components.custom_config import ModuleConfig
 from tfx_accum.components.data.datasets import (
     batched,
     describe_data,
-    location_for_inputs,
     read_splits,
 )
+from tfx_accum.components.data.input_keys import location_for_inputs
 from tfx_accum.components.data.tasks import OBJECTIVES
 from tfx_accum.components.data.transform import transform_output_path
 from tfx_accum.components.search.search_policy import trainer_budget

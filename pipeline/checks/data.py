@@ -152,19 +152,29 @@ class DataSummary:
     def features(self) -> list[str]:
         return [name for name, _ in self.kinds]
 
-    def kind_counts(self) -> str:
-        """``64 numeric``, ``3 numeric, 1 string``, ``1 image 32x32x1``, for the data line."""
+    def kind_counts(self, settings) -> str:
+        """``64 numeric``, ``3 numeric, 1 string``, ``1 image 32x32x1``, for the data line:
+        the columns the model reads (``settings``: the run's ``ModelSettings``; its
+        ``--features``/``--exclude-features`` choose them, ``--categorical`` makes numbers
+        categories), their missing values, and how many columns are left out."""
+        read = self.description(settings).features
         parts = []
         for kind in (NUMERIC, CATEGORICAL, STRING, IMAGE):
-            names = [n for n, k in self.kinds if k == kind]
-            if names:
+            features = [f for f in read if f.kind == kind]
+            if features:
                 shape = ""
                 if kind == IMAGE:
-                    h, w, c = dict(self.image_shapes)[names[0]]
+                    h, w, c = features[0].image_shape
                     shape = f" {h}x{w}x{c}"
-                parts.append(f"{len(names)} {kind}{shape}")
-        missing = sum(count for _, count in self.missing)
-        return ", ".join(parts) + (f"; {missing} missing values" if missing else "")
+                parts.append(f"{len(features)} {kind}{shape}")
+        names = {f.name for f in read}
+        missing = sum(count for name, count in self.missing if name in names)
+        left_out = len(self.kinds) - len(read)
+        return (
+            ", ".join(parts)
+            + (f"; {missing} missing values" if missing else "")
+            + (f"; {left_out} column{'s' if left_out > 1 else ''} left out" if left_out else "")
+        )
 
     def label_line(self) -> str:
         """``3 classes (a, b, c)``, ``10 classes``, or ``regression``, for the data line."""

@@ -139,7 +139,7 @@ def prepare_data(
     files = "TFRecord" if summary.format == "tfrecord" else "CSV"
     console.say(
         f"[data] {len(summary.files)} {files} file(s), {summary.rows} rows, features: "
-        f"{summary.kind_counts()}; {summary.label_line()}"
+        f"{summary.kind_counts(settings)}; {summary.label_line()}"
     )
     chosen = "" if settings.task else "; --task to choose"
     console.say(f"[data] task: {summary.task} ({summary.task_reason}{chosen})")
@@ -147,18 +147,23 @@ def prepare_data(
 
 
 def _say_model_code_change(metadata: str, settings: ModelSettings, pipeline_settings) -> None:
-    """One line when the model function's code changed since the last run here: why the
-    Tuner and Trainer run again (components/training/model_code.py)."""
-    from tfx_accum.components.training.model_code import model_code
+    """One line when the code of the model's functions (the model function's, and
+    ``model_hyperparameters``') changed since the last run here: why the Tuner and Trainer
+    run again (components/training/model_code.py)."""
+    from tfx_accum.components.training.model_code import changed_functions, settings_code
     from tfx_accum.pipeline.checks.cache_check import changed_model_code
 
-    code = model_code(settings.model)
+    code = settings_code(settings)
     changed = changed_model_code(metadata, settings.model, code) if code else []
     if changed:
         again = "searched and trained" if pipeline_settings.get("tune", True) else "trained"
+        named = " and ".join(
+            f"{config.CLI_WORDS.name(key)} {reference}"
+            for key, reference in changed_functions(settings, changed)
+        )
         console.say(
-            f"[pipeline] --model {settings.model}: {', '.join(changed)} changed since the "
-            f"last run here: the model is {again} again"
+            f"[pipeline] {named}: {', '.join(changed)} changed since the last run here: "
+            f"the model is {again} again"
         )
 
 

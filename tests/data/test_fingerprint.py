@@ -13,7 +13,7 @@ from types import SimpleNamespace
 
 import tensorflow as tf
 
-from tfx_accum.components.data.datasets import examples_fingerprint, location_for_inputs
+from tfx_accum.components.data.input_keys import examples_fingerprint, location_for_inputs
 
 
 def _example(values: dict[str, int]) -> tf.train.Example:
@@ -115,7 +115,7 @@ def test_the_search_location_follows_the_content_not_the_paths(tmp_path):
 def test_a_process_computes_a_fingerprint_once_and_again_for_changed_files(tmp_path, monkeypatch):
     """The Tuner and the Trainer of a local run fingerprint the same files: the second
     asks no TensorFlow pass. A file changed in place is read again."""
-    from tfx_accum.components.data import datasets as data
+    from tfx_accum.components.data import input_keys as data
 
     calls = []
     real = data._fingerprint

@@ -1,20 +1,25 @@
 """``tfx-accum run --dask-scheduler``: a cluster that cannot do the run is refused with one line.
 
 Exit 2 before any component runs, for: no scheduler at the address, a scheduler with no
-workers, a worker that does not see ``--output-dir``, and one that does not see
-``--data-root``. The storage cases run a real worker in a mount namespace of its own
-(``unshare --mount``, as root) where a directory of this machine is hidden under an empty
-tmpfs: for that worker the directory is another file system, as a path on another machine
-would be.
+workers, a worker with another tfx-accum than this process's, a worker that does not see
+``--output-dir``, and one that does not see ``--data-root``. The storage cases run a real
+worker in a mount namespace of its own (``unshare --mount``, as root) where a directory of
+this machine is hidden under an empty tmpfs: for that worker the directory is another file
+system, as a path on another machine would be. The version case runs a real worker whose
+``PYTHONPATH`` holds another tfx-accum's installed metadata, found before this
+environment's, as on a machine where another release is installed.
 """
 
 from __future__ import annotations
 
+import importlib.metadata
+import os
 import shutil
 import subprocess
 import sys
 import time
 
+import distributed
 import pytest
 from clusters import free_ports
 
@@ -62,6 +67,31 @@ def test_a_scheduler_without_workers(tmp_path, capsys):
         assert "has no workers: start them with `dask worker" in err
     finally:
         end_processes([scheduler])
+
+
+def test_a_worker_with_another_tfx_accum(tmp_path, capsys):
+    """The second of two workers finds tfx-accum 0.0.1's metadata (a ``dist-info`` folder,
+    as pip installs it) first on its path: the run is refused, naming that worker and both
+    versions."""
+    shadow = tmp_path / "other-release"
+    info = shadow / "tfx_accum-0.0.1.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: tfx-accum\nVersion: 0.0.1\n")
+    path = os.pathsep.join(filter(None, [str(shadow), os.environ.get("PYTHONPATH")]))
+    ours = importlib.metadata.version("tfx-accum")
+    assert ours != "0.0.1"
+    # Started elsewhere than here: this checkout's own metadata (tfx_accum.egg-info, of the
+    # editable install) would come first on a path that starts with the working directory.
+    other = ["env", "-C", str(tmp_path), f"PYTHONPATH={path}"]
+    with dask_cluster(tmp_path / "logs", workers=2, wrap={1: other}) as c:
+        with distributed.Client(c.address, timeout=30) as client:
+            workers = client.scheduler_info(n_workers=-1)["workers"]
+        (worker,) = [address for address, info in workers.items() if info["name"] == "worker-1"]
+        err = _refused(capsys, tmp_path / "out", "--dask-scheduler", c.address)
+    assert (
+        f"--dask-scheduler {c.address}: worker {worker} has tfx-accum 0.0.1, this process "
+        f"{ours}; the workers need the same environment" in err
+    ), err
 
 
 @pytest.fixture(scope="module")

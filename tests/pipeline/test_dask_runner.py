@@ -10,6 +10,7 @@ single-threaded workers, started for this module and ended with it.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import uuid
 
@@ -180,3 +181,76 @@ def test_a_side_input_is_computed_once(tmp_path, cluster):
     results = _outputs(case, tmp_path, cluster)
     assert results["direct"] == ([str(sum(range(600)) + 600 * 1000)], 1)
     _check(results, cluster)
+
+
+def test_combine_per_key_is_combined_before_its_shuffle(tmp_path, cluster):
+    """A ``CombinePerKey`` is combined within each partition before its shuffle (Beam's
+    ``LiftedCombinePerKey``, as on the DirectRunner): what crosses the shuffle is one
+    accumulator per partition and key, not every input. Four files, one partition each, of
+    numbers tagged with their file; the accumulators record the files they hold, and each
+    merge after the shuffle writes what it was given to a file (the workers' side channel).
+    Without the lifting, the inputs cross the shuffle and are added to accumulators after
+    it (Beam's ``CombineValues``: three per key, each holding several files' inputs)."""
+    files = 4
+    for part in range(files):
+        (tmp_path / f"in-{part}.txt").write_text(
+            "\n".join(f"{part} {part * 1000 + i}" for i in range(60))
+        )
+    pattern = str(tmp_path / "in-*.txt")
+
+    # Defined here, so that it is pickled by value: the workers cannot import this module.
+    class _SumWithSources(beam.CombineFn):
+        """The sum of each key's numbers; its accumulator also holds the files they came
+        from. Each merge writes the sources of the accumulators it merges to ``directory``."""
+
+        def __init__(self, directory):
+            self.directory = directory
+
+        def create_accumulator(self):
+            return 0, frozenset()
+
+        def add_input(self, accumulator, element):
+            total, sources = accumulator
+            source, number = element
+            return total + number, sources | {source}
+
+        def merge_accumulators(self, accumulators):
+            accumulators = list(accumulators)
+            merge = [sorted(sources) for _, sources in accumulators]
+            (self.directory / f"merge-{uuid.uuid4().hex}").write_text(json.dumps(merge))
+            total = sum(t for t, _ in accumulators)
+            return total, frozenset().union(*(s for _, s in accumulators))
+
+        def extract_output(self, accumulator):
+            return accumulator[0]
+
+    def _keyed(line):
+        source, number = line.split()
+        return int(number) % 3, (source, int(number))
+
+    def case(options, directory):
+        with beam.Pipeline(options=options) as p:
+            sums = (
+                p
+                | beam.io.ReadFromText(pattern)
+                | beam.Map(_keyed)
+                | beam.CombinePerKey(_SumWithSources(directory))
+                | beam.MapTuple(lambda key, total: f"{key}:{total}")
+            )
+            _write(sums, str(directory / "sums"))
+        merges = [json.loads(path.read_text()) for path in directory.glob("merge-*")]
+        return _lines(str(directory / "sums")), merges
+
+    results = {}
+    for runner in ("direct", RUNNER):
+        directory = tmp_path / runner.rsplit(".", 1)[-1]
+        directory.mkdir()
+        results[runner] = case(_options(runner, cluster.address), directory)
+    numbers = [part * 1000 + i for part in range(files) for i in range(60)]
+    expected = [f"{key}:{sum(n for n in numbers if n % 3 == key)}" for key in range(3)]
+    assert results["direct"][0] == results[RUNNER][0] == sorted(expected), cluster.log_tails()
+    # On the cluster: one merge per key, of one accumulator from each file's partition.
+    merges = results[RUNNER][1]
+    assert len(merges) == 3, merges
+    for merge in merges:
+        assert sorted(merge) == [[str(part)] for part in range(files)], merges

@@ -97,6 +97,24 @@ def test_column_settings_that_do_not_fit_the_data_are_refused(tmp_path, settings
         _check(directory, **settings)
 
 
+def test_the_data_lines_feature_counts_are_the_columns_the_model_reads(tmp_path):
+    """An excluded column (here empty in every row) is neither counted as a feature nor
+    are its empty cells missing values; ``--categorical`` integers count as categories."""
+    rng = np.random.default_rng(0)
+    rows = [[*np.round(rng.normal(size=2), 3), "", i % 7, i % 3] for i in range(60)]
+    rows[5][1] = ""  # one missing value in a column the model reads
+    root = _csv(tmp_path, ["x0", "x1", "empty", "zip", "label"], rows)
+    settings = ModelSettings(exclude_features=("empty",), categorical_features=("zip",))
+    summary = validate_data_root(str(root), settings)
+    assert dict(summary.kinds)["empty"] == "numeric"  # the data's column, as read
+    assert (
+        summary.kind_counts(settings)
+        == "2 numeric, 1 categorical; 1 missing values; 1 column left out"
+    )
+    only = ModelSettings(features=("x0",))
+    assert summary.kind_counts(only) == "1 numeric; 3 columns left out"
+
+
 def test_scikit_learn_column_names_get_safe_model_input_names():
     names = ["sepal length (cm)", "od280/od315_of_diluted_wines", "a b", "../x", "pixel_00"]
     safe = input_names(names)

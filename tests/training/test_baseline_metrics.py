@@ -16,8 +16,9 @@ from tfx_accum.components.training import baseline_metrics as bm
 
 
 def combine(metric: tfma.metrics.Metric, labels, predictions, parts: int = 3, seed: int = 0):
-    """The metric's output over the examples, added to ``parts`` accumulators and merged."""
-    (computation,) = metric.computations(eval_config=tfma.EvalConfig())
+    """The metric's output over the examples, added to ``parts`` accumulators and merged
+    (and its derived values, as TFMA adds them after the combine)."""
+    computation, *derived = metric.computations(eval_config=tfma.EvalConfig())
     combiner = computation.combiner
     order = np.random.default_rng(seed).permutation(len(labels))
     accumulators = []
@@ -32,6 +33,8 @@ def combine(metric: tfma.metrics.Metric, labels, predictions, parts: int = 3, se
             accumulator = combiner.add_input(accumulator, inputs)
         accumulators.append(accumulator)
     output = combiner.extract_output(combiner.merge_accumulators(accumulators))
+    for computation in derived:
+        output.update(computation.result(output))
     return {key.name: value for key, value in output.items()}
 
 
@@ -118,7 +121,12 @@ def test_constant_labels_give_nan_r_squared():
 def test_metric_configs_name_an_importable_class():
     import importlib
 
-    for metric in (bm.MajorityClassLift, bm.MeanPredictorLift):
+    for metric in (
+        bm.MajorityClassLift,
+        bm.SparseCategoricalAccuracy,
+        bm.ClassExampleCount,
+        bm.MeanPredictorLift,
+    ):
         config = bm.metric_config(metric)
         assert config.module == "tfx_accum.components.training.baseline_metrics"
         assert getattr(importlib.import_module(config.module), config.class_name) is metric

@@ -9,9 +9,16 @@ path and with every example forced through the per-example path, for each task: 
 metrics must be equal (classification: the same counts; regression: to float rounding),
 and equal to numpy's on the model's own predictions. Small buffers make every run cross
 many buffer flushes and merges.
+
+The classification metrics (accuracy, the majority-class lift and share, the example
+count) are read off one count of the classes: TFMA runs that counting combiner once per
+example, not once per metric, and the count equals TFMA's own ``ExampleCount``, run beside
+it under another name.
 """
 
 from __future__ import annotations
+
+import json
 
 import numpy as np
 import pytest
@@ -106,9 +113,16 @@ def saved(request, tmp_path_factory):
     return task, tmp, model_dir, write_examples(tmp / "eval.tfrecord", x, y), x, y
 
 
+# TFMA's own ExampleCount, under a name of its own: the reference for the example count.
+TFMA_COUNT = "tfma_example_count"
+
+
 def evaluate(saved, name: str) -> dict[str, float]:
     task, tmp, model_dir, examples, _, _ = saved
     config = eval_config(task, LABEL, 2 if task == tasks.BINARY else None)
+    config.metrics_specs[0].metrics.add(
+        class_name="ExampleCount", config=json.dumps({"name": TFMA_COUNT})
+    )
     output = str(tmp / name)
     tfma.run_model_analysis(
         eval_shared_model=tfma.default_eval_shared_model(model_dir, eval_config=config),
@@ -133,11 +147,22 @@ def both(saved):
             return per_example(self, element)
 
         patch.setattr(bm._Combiner, "_examples", counted)
+        added = []
+        add_input = bm._ClassCountsCombiner.add_input
+
+        def counted_input(self, accumulator, element):
+            added.append(1)
+            return add_input(self, accumulator, element)
+
+        patch.setattr(bm._ClassCountsCombiner, "add_input", counted_input)
         fast = evaluate(saved, "numpy")
-        fast_calls = len(calls)
+        fast_calls, CLASS_COUNT_INPUTS[saved[0]] = len(calls), len(added)
         patch.setattr(bm._Combiner, "_plain_arrays", lambda self, element: None)
         slow = evaluate(saved, "per_example")
     return fast, fast_calls, slow, len(calls) - fast_calls
+
+
+CLASS_COUNT_INPUTS: dict[str, int] = {}  # per task: the examples the class counts were given
 
 
 def test_the_evaluators_examples_take_the_numpy_path(both):
@@ -157,11 +182,32 @@ def test_the_metrics_equal_the_per_example_paths(saved, both):
             assert fast[name] == pytest.approx(value, rel=1e-12, abs=1e-12), name
 
 
+def test_the_classification_metrics_count_each_example_once(saved, both):
+    """Three metrics (and TFMA's ExampleCount beside them), one counting combiner: each
+    example is added to the class counts once."""
+    task = saved[0]
+    if not tasks.is_classification(task):
+        assert CLASS_COUNT_INPUTS[task] == 0
+        return
+    assert CLASS_COUNT_INPUTS[task] == N
+    fast, _, slow, _ = both
+    for metrics in (fast, slow):
+        assert {bm.ACCURACY, bm.ACCURACY_LIFT, bm.MAJORITY_CLASS_SHARE, bm.EXAMPLE_COUNT} <= set(
+            metrics
+        )
+        assert not [name for name in metrics if name.startswith("_")]  # the counts: private
+
+
+def test_the_example_count_equals_tfmas(both):
+    fast, _, slow, _ = both
+    assert fast[bm.EXAMPLE_COUNT] == fast[TFMA_COUNT] == slow[bm.EXAMPLE_COUNT] == N
+
+
 def test_the_metrics_equal_numpy_on_the_models_predictions(saved, both):
     task, _, _, _, x, y = saved
     fast = both[0]
     output = np.asarray(predict(task, tf.constant(x)))
-    assert fast[tfma.metrics.ExampleCount().name] == N
+    assert fast[bm.EXAMPLE_COUNT] == N
     if tasks.is_classification(task):
         accuracy = np.mean(output.argmax(axis=1) == y)
         share = np.bincount(y).max() / N
