@@ -1,9 +1,10 @@
-"""GradientAccumulationModel on a GPU through Keras's JAX backend (#35): one short script.
+"""GradientAccumulationModel on a GPU through Keras's JAX or PyTorch backend: one short script.
 
-Run on a machine with JAX and a GPU (no TensorFlow needed; Keras and tfx-accum carried as
-wheels, see ``bench/gpu_jax.sh``)::
+Run on a machine with JAX or PyTorch and a GPU (no TensorFlow needed; Keras and tfx-accum
+carried as wheels, see ``bench/gpu_jax.sh``)::
 
-    KERAS_BACKEND=jax python bench/gpu_jax.py --out results/
+    python bench/gpu_jax.py --backend jax --out results/     # writes gpu_jax.{json,md}
+    python bench/gpu_jax.py --backend torch --out results/   # writes gpu_torch.{json,md}
 
 For a transformer block and a conv net, at several effective batches, it measures:
 
@@ -14,21 +15,24 @@ For a transformer block and a conv net, at several effective batches, it measure
   batch, and over ``k`` plain steps at the micro-batch (what a user who cannot fit the big
   batch would otherwise run);
 - **memory**: the peak device memory of each, each in a fresh process (JAX's peak counter
-  never goes down);
-- **the largest effective batch that fits** in a memory cap (``--cap-gib``, through
-  ``XLA_PYTHON_CLIENT_MEM_FRACTION``): batches doubled until plain training fails, then
-  ``k`` doubled at the largest micro-batch that fitted until the model fails or ``--max-k``.
+  never goes down; PyTorch's ``max_memory_allocated`` likewise);
+- **the largest effective batch that fits** in a memory cap (``--cap-gib``: JAX's
+  ``XLA_PYTHON_CLIENT_MEM_FRACTION``, PyTorch's ``set_per_process_memory_fraction``):
+  batches doubled until plain training fails, then ``k`` doubled at the largest
+  micro-batch that fitted until the model fails or ``--max-k``.
 
-Each measurement runs in a fresh process (a JAX start and a compile each: about 10-20 s
-on a GPU, so a few minutes in all, not measured yet). ``--smoke`` runs tiny shapes on any
-device (tested on the CPU: ``tests/accumulation/test_jax_backend.py``), so the script is
-known to work
-before a GPU is lent. Writes ``gpu_jax.json`` and ``gpu_jax.md``.
+On PyTorch the step runs as Keras runs it by default there: eagerly (``jit_compile=True``
+would wrap it in ``torch.compile``). Each measurement runs in a fresh process (a backend
+start, and on JAX a compile, each: a few minutes in all, not measured yet). ``--smoke`` runs
+tiny shapes on any device (tested on the CPU for both backends:
+``tests/accumulation/test_jax_backend.py``, ``tests/accumulation/test_torch_backend.py``),
+so the script is known to work before a GPU is lent.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
 import os
@@ -38,7 +42,7 @@ import sys
 import time
 from pathlib import Path
 
-os.environ.setdefault("KERAS_BACKEND", "jax")
+BACKENDS = ("jax", "torch")
 
 SHAPES = {
     # name: (input shape, classes, effective batches, k), full size and --smoke
@@ -100,21 +104,46 @@ def make(name, input_shape, classes, k: int | None):
 
 
 def peak_bytes() -> int | None:
+    """The device's peak memory in use so far in this process (None on a CPU)."""
+    if os.environ["KERAS_BACKEND"] == "torch":
+        import torch
+
+        return torch.cuda.max_memory_allocated() if torch.cuda.is_available() else None
     import jax
 
     stats = jax.devices()[0].memory_stats() or {}
     return stats.get("peak_bytes_in_use")
 
 
-def step_seconds(model, x, y, batch: int, steps: int) -> float:
-    """Wall time of one training step: an epoch of ``steps`` batches after a compiling one."""
+def synchronize(model) -> None:
+    """Waits until the device has finished the work queued for ``model``'s weights."""
+    if os.environ["KERAS_BACKEND"] == "torch":
+        import torch
+
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        return
     import jax
 
-    model.fit(x[:batch], y[:batch], batch_size=batch, epochs=1, verbose=0, shuffle=False)
     jax.block_until_ready([v.value for v in model.trainable_variables])
+
+
+def limit_memory(fraction: float) -> None:
+    """PyTorch's cap on this process's device memory (JAX's is its environment variable)."""
+    if os.environ["KERAS_BACKEND"] == "torch":
+        import torch
+
+        if torch.cuda.is_available():
+            torch.cuda.set_per_process_memory_fraction(fraction)
+
+
+def step_seconds(model, x, y, batch: int, steps: int) -> float:
+    """Wall time of one training step: an epoch of ``steps`` batches after a compiling one."""
+    model.fit(x[:batch], y[:batch], batch_size=batch, epochs=1, verbose=0, shuffle=False)
+    synchronize(model)
     start = time.perf_counter()
     model.fit(x, y, batch_size=batch, epochs=1, verbose=0, shuffle=False)
-    jax.block_until_ready([v.value for v in model.trainable_variables])
+    synchronize(model)
     return (time.perf_counter() - start) / steps
 
 
@@ -122,16 +151,21 @@ def one(args) -> dict:
     """One measurement in this process: ``--one name,batch,k`` (k 0: plain)."""
     name, batch, k = args.one.split(",")
     batch, k = int(batch), int(k)
+    if args.mem_fraction:
+        limit_memory(args.mem_fraction)
     input_shape, classes, _, _ = (SMOKE if args.smoke else SHAPES)[name]
     x, y = data(input_shape, classes, batch * args.steps)
     model = make(name, input_shape, classes, k or None)
     return {"seconds": step_seconds(model, x, y, batch, args.steps), "peak": peak_bytes()}
 
 
-def _in_fresh_process(name, batch, k, args, steps: int, **env) -> subprocess.CompletedProcess:
+def _in_fresh_process(
+    name, batch, k, args, steps: int, fraction: float = 0.0, **env
+) -> subprocess.CompletedProcess:
     """``one`` for ``name`` at ``batch`` (k None or 0: plain) in a process of its own."""
     command = [sys.executable, __file__, "--one", f"{name},{batch},{k or 0}"]
-    command += ["--steps", str(steps)] + (["--smoke"] if args.smoke else [])
+    command += ["--backend", args.backend, "--steps", str(steps)]
+    command += (["--smoke"] if args.smoke else []) + [f"--mem-fraction={fraction}"]
     return subprocess.run(
         command, env={**os.environ, **env}, capture_output=True, text=True, timeout=600
     )
@@ -139,8 +173,10 @@ def _in_fresh_process(name, batch, k, args, steps: int, **env) -> subprocess.Com
 
 def fits(name, batch, k, args) -> bool:
     """Whether one step at ``batch`` (k None: plain) fits in the cap, in a fresh process."""
-    fraction = f"{args.cap_fraction:.4f}"
-    proc = _in_fresh_process(name, batch, k, args, 1, XLA_PYTHON_CLIENT_MEM_FRACTION=fraction)
+    fraction = round(args.cap_fraction, 4)
+    proc = _in_fresh_process(
+        name, batch, k, args, 1, fraction, XLA_PYTHON_CLIENT_MEM_FRACTION=str(fraction)
+    )
     return proc.returncode == 0
 
 
@@ -160,14 +196,33 @@ def exactness(name, batch, k, args) -> float:
     x, y = data(input_shape, classes, batch * 3, seed=1)
     plain, ga = make(name, input_shape, classes, None), make(name, input_shape, classes, k)
     ga.set_weights(plain.get_weights())
-    import jax
-
     # Full float32 matrix products: a GPU's default TF32 rounds each product to 10 bits
     # of mantissa, which would measure TF32, not the accumulation.
-    with jax.default_matmul_precision("highest"):
+    with full_float32():
         for model in (plain, ga):
             model.fit(x, y, batch_size=batch, epochs=1, verbose=0, shuffle=False)
     return max(float(np.max(np.abs(a - b))) for a, b in zip(plain.get_weights(), ga.get_weights()))
+
+
+@contextlib.contextmanager
+def full_float32():
+    """Matrix products and convolutions in full float32 (no TF32) on this backend."""
+    if os.environ["KERAS_BACKEND"] == "jax":
+        import jax
+
+        with jax.default_matmul_precision("highest"):
+            yield
+        return
+    import torch
+
+    before = torch.get_float32_matmul_precision(), torch.backends.cudnn.allow_tf32
+    torch.set_float32_matmul_precision("highest")
+    torch.backends.cudnn.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.set_float32_matmul_precision(before[0])
+        torch.backends.cudnn.allow_tf32 = before[1]
 
 
 def largest(name, k_max, args) -> dict:
@@ -183,22 +238,28 @@ def largest(name, k_max, args) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default="bench/results", help="where gpu_jax.{json,md} go")
+    parser.add_argument(
+        "--backend",
+        choices=BACKENDS,
+        default=os.environ.get("KERAS_BACKEND", "jax"),
+        help="Keras's backend (default: KERAS_BACKEND, else jax)",
+    )
+    parser.add_argument("--out", default="bench/results", help="where gpu_<backend>.{json,md} go")
     parser.add_argument("--smoke", action="store_true", help="tiny shapes, any device")
     parser.add_argument("--steps", type=int, default=10, help="timed steps per measurement")
     parser.add_argument("--cap-gib", type=float, default=4.0, help="memory cap for the fit search")
     parser.add_argument("--max-k", type=int, default=16, help="largest k the fit search tries")
     parser.add_argument("--models", default=",".join(SHAPES), help="which models, by name")
     parser.add_argument("--one", help=argparse.SUPPRESS)
+    parser.add_argument("--mem-fraction", type=float, default=0.0, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    os.environ["KERAS_BACKEND"] = args.backend  # before Keras is imported, here and in children
     if args.one:
         print(json.dumps(one(args)))
         return
-    import jax
     import keras
 
-    device = jax.devices()[0]
-    total = (device.memory_stats() or {}).get("bytes_limit")
+    device, total, versions = describe_device()
     args.cap_fraction = min(1.0, args.cap_gib * 2**30 / total) if total else 1.0
     models = {
         name: shape
@@ -221,9 +282,10 @@ def main() -> None:
     fit = {name: largest(name, args.max_k, args) for name in models}
     report = {
         "date": datetime.date.today().isoformat(),
-        "device": f"{device.platform}: {getattr(device, 'device_kind', '')}",
+        "backend": args.backend,
+        "device": device,
         "host": platform.node(),
-        "versions": {"jax": jax.__version__, "keras": keras.__version__},
+        "versions": {**versions, "keras": keras.__version__},
         "smoke": args.smoke,
         "cap_gib": args.cap_gib,
         "rows": rows,
@@ -231,9 +293,29 @@ def main() -> None:
     }
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "gpu_jax.json").write_text(json.dumps(report, indent=1) + "\n")
-    (out / "gpu_jax.md").write_text(markdown(report))
+    (out / f"gpu_{args.backend}.json").write_text(json.dumps(report, indent=1) + "\n")
+    (out / f"gpu_{args.backend}.md").write_text(markdown(report))
     print(markdown(report))
+
+
+def describe_device() -> tuple[str, int | None, dict[str, str]]:
+    """The device this backend trains on, its memory in bytes, and the backend's version."""
+    if os.environ["KERAS_BACKEND"] == "torch":
+        import torch
+
+        if not torch.cuda.is_available():
+            return "cpu", None, {"torch": torch.__version__}
+        properties = torch.cuda.get_device_properties(0)
+        return f"cuda: {properties.name}", properties.total_memory, {"torch": torch.__version__}
+    import jax
+
+    device = jax.devices()[0]
+    total = (device.memory_stats() or {}).get("bytes_limit")
+    return (
+        f"{device.platform}: {getattr(device, 'device_kind', '')}",
+        total,
+        {"jax": jax.__version__},
+    )
 
 
 def _gib(value) -> str:
@@ -241,12 +323,14 @@ def _gib(value) -> str:
 
 
 def markdown(report: dict) -> str:
+    backend = report.get("backend", "jax")
+    name = {"jax": "JAX", "torch": "PyTorch"}[backend]
     lines = [
-        f"# GradientAccumulationModel on {report['device']} (JAX backend)",
+        f"# GradientAccumulationModel on {report['device']} ({name} backend)",
         "",
-        f"{report['date']}, JAX {report['versions']['jax']}, Keras "
+        f"{report['date']}, {name} {report['versions'][backend]}, Keras "
         f"{report['versions']['keras']}{' (smoke shapes)' if report['smoke'] else ''}. "
-        "`KERAS_BACKEND=jax python bench/gpu_jax.py`.",
+        f"`python bench/gpu_jax.py --backend {backend}`.",
         "",
         "| model | effective batch | k | max abs diff vs plain | GA / plain step | "
         "GA / k plain micro-steps | peak GiB plain | peak GiB GA |",

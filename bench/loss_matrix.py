@@ -1,14 +1,15 @@
 """The loss matrix's figures: how far each way of writing a loss is from plain Keras.
 
-``python -m bench.loss_matrix [--output DIR]`` (``KERAS_BACKEND=jax`` for JAX) runs every
-cell of ``tests/accumulation/test_loss_matrix.py`` (its losses, data, models and cells: one
-definition, the test's; on JAX its compiled cells, as CI runs them) and reports, per loss
+``python -m bench.loss_matrix [--output DIR]`` (``KERAS_BACKEND=jax`` for JAX, ``torch`` for
+PyTorch) runs every cell of ``tests/accumulation/test_loss_matrix.py`` (its losses, data,
+models and cells: one definition, the test's; on JAX its compiled cells and on PyTorch its
+eager ones, as CI runs them) and reports, per loss
 and weighting, the largest absolute weight difference from plain Keras ``fit`` on the whole
 batches and the largest relative difference of the logged loss, at ``k=3`` and ``k=1``,
 without and with XLA; a cell the model warns about is marked ``warned``, one that plain
-Keras cannot train either (reduction None on JAX) ``refused``. Writes
-``loss_matrix[-jax].md`` and ``.json`` to the output directory (default ``bench/results``)
-and prints the Markdown.
+Keras cannot train either (reduction None on JAX and PyTorch) ``refused``. Writes
+``loss_matrix[-jax|-torch].md`` and ``.json`` to the output directory (default
+``bench/results``) and prints the Markdown.
 """
 
 from __future__ import annotations
@@ -41,20 +42,23 @@ def run(log=print) -> list[dict]:
     from equivalence import max_abs_diff  # tests/equivalence.py, on the path now
 
     # On JAX, jit_compile=False runs the same step op by op: the compiled cells, as CI runs.
-    compiled_only = keras.backend.backend() == "jax"
+    # On PyTorch, Keras's default is eager; jit_compile=True (torch.compile) compiles for
+    # minutes per model on a CPU: the eager cells, as CI runs.
+    only = {"jax": True, "torch": False}.get(keras.backend.backend())
+    plain = "eager" if keras.backend.backend() == "torch" else "graph"
     rows = []
     for param in matrix._cells():
         style, column, k, jit = param.values
-        if compiled_only and not jit:
+        if only is not None and jit != only:
             continue
-        path = "xla" if jit else "graph"
+        path = "xla" if jit else plain
         expected = matrix.reference(style, column)
         row = dict(style=style, column=column, k=k, path=path)
         if isinstance(expected, Exception):
             try:
                 matrix._cell(style, column, k, jit)
                 row.update(status="trains where plain fit fails")
-            except (TypeError, ValueError) as error:
+            except matrix.FIT_FAILS as error:
                 row.update(status="refused", message=str(error).splitlines()[0])
             rows.append(row)
             continue
@@ -80,9 +84,13 @@ def to_markdown(rows: list[dict], backend: str) -> str:
     command = "python -m bench.loss_matrix"
     if not backend.startswith("tensorflow"):
         command = f"KERAS_BACKEND={backend.split(',')[0]} {command}"
+    columns = (
+        "no weights, sample_weight, temporal sample_weight, a mask with temporal sample_weight, "
+        "class_weight"
+    )
     cells = {
-        "graph": "without XLA: no weights, sample_weight, temporal sample_weight, a mask with "
-        "temporal sample_weight, class_weight",
+        "graph": f"without XLA: {columns}",
+        "eager": f"eagerly, Keras's default on PyTorch: {columns}",
         "xla": "with XLA: no weights, the mask, class_weight at k=3, and class_weight at k=1",
     }
     lines = [
@@ -140,6 +148,10 @@ def main() -> None:
         import jax
 
         versions += f", JAX {jax.__version__}"
+    elif backend == "torch":
+        import torch
+
+        versions += f", PyTorch {torch.__version__}"
     else:
         import tensorflow as tf
 

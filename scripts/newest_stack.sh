@@ -3,27 +3,17 @@
 # fresh virtual environment on the newest Python, Keras and backend (constraints-newest.txt,
 # the caps of pyproject.toml's ranges), once per backend. `tfx-accum[tensorflow]` in
 # .venv/newest, which must hold no TFX, Beam or Keras Tuner; `tfx-accum[jax]` in
-# .venv/newest-jax, which must hold no TensorFlow either (the JAX CPU wheels). Each runs the
-# model's exactness tests against that installed wheel (not the source tree).
+# .venv/newest-jax, which must hold no TensorFlow either (the JAX CPU wheels); then
+# `tfx-accum[torch]` in .venv/newest-torch (scripts/torch_stack.sh: Python 3.11 and the CPU
+# wheel of torch 2.13.0 from this machine's disk). Each runs the model's exactness tests
+# against that installed wheel (not the source tree).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-PY_MAJOR=3 PY_MINOR=13
-PY_VERSION=$PY_MAJOR.$PY_MINOR
-find_python() {
-  local candidate
-  for candidate in "${NEWEST_PYTHON:-}" "python$PY_VERSION" \
-                   "$(pyenv root 2>/dev/null)"/versions/$PY_VERSION*/bin/python$PY_VERSION \
-                   /usr/bin/python$PY_VERSION /usr/local/bin/python$PY_VERSION; do
-    [ -n "$candidate" ] || continue
-    if "$candidate" -c "import sys; assert sys.version_info[:2] == ($PY_MAJOR, $PY_MINOR)" \
-         >/dev/null 2>&1; then
-      echo "$candidate"; return 0
-    fi
-  done
-  return 1
-}
-PY=$(find_python) || {
+PY_VERSION=3.13
+# shellcheck source=scripts/find_python.sh
+source scripts/find_python.sh
+PY=$(find_python 3 13 NEWEST_PYTHON) || {
   echo "newest_stack: Python $PY_VERSION not found; install it (pyenv install $PY_VERSION)" \
        "or point NEWEST_PYTHON=/path/to/python$PY_VERSION." >&2
   exit 1
@@ -97,3 +87,5 @@ KERAS_BACKEND=jax TFX_ACCUM_TESTS_INSTALLED=1 TFX_ACCUM_TESTS_WITHOUT_TENSORFLOW
   "$ROOT/tests/accumulation/test_accumulation.py" \
   "$ROOT/tests/accumulation/test_exactness_matrix.py" \
   "$ROOT/tests/accumulation/test_loss_matrix.py" -k "not peak_memory and not graph"
+cd "$ROOT"
+bash scripts/torch_stack.sh "$WHEEL"

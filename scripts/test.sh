@@ -2,8 +2,8 @@
 # Sets up the environment if needed, checks style with ruff, and runs the test suite.
 # With no arguments (what CI runs) it first runs the exactness tests on the oldest Keras
 # that pyproject.toml admits, then on the newest stack with the wheel installed with one
-# backend's extra alone (tensorflow, then jax: no TensorFlow there), then the whole suite in
-# parallel; with arguments, only `pytest ARGS`.
+# backend's extra alone (tensorflow, then jax, then torch: no TensorFlow there), then the
+# whole suite in parallel; with arguments, only `pytest ARGS`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup_env.sh

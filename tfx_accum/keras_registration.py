@@ -10,7 +10,8 @@ already imported, else right after the first of them finishes importing (a finde
 ``sys.meta_path`` that removes itself at its first use). ``import tensorflow`` imports Keras
 itself, so whichever comes first, both are complete when the model's module is imported.
 Registration never breaks the user's import: on another Keras backend (the model supports
-TensorFlow and JAX) nothing is registered, and a failure is one warning naming the way out.
+those of ``backends.MODULES``: TensorFlow, JAX, PyTorch) nothing is registered, and a failure
+is one warning naming the way out.
 A Keras that fails to import because its backend is not installed fails with
 :class:`tfx_accum.backends.MissingBackend` instead, one line naming the extra to install
 (and the finder is put back for the next attempt).
@@ -31,10 +32,10 @@ _TRIGGERS = ("tensorflow", "keras")
 
 
 def register() -> None:
-    """Imports the model's module, whose decorator registers the class (TensorFlow or JAX)."""
+    """Imports the model's module, whose decorator registers the class (on its backends)."""
     import keras
 
-    if keras.backend.backend() not in ("tensorflow", "jax"):
+    if keras.backend.backend() not in backends.MODULES:
         return
     import tfx_accum.components.accumulation.model  # noqa: F401 - registers on import
 

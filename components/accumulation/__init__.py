@@ -1,8 +1,8 @@
 """The accumulation model: ``GradientAccumulationModel`` and what makes its step exact.
 
-The accumulation room, the lowest layer: owns the step (``model``, ``jax_step``), the
-micro-batches and accumulators, the Keras adapter, the distribution strategies and their
-argument checks; it imports nothing else of the project.
+The accumulation room, the lowest layer: owns the step (``model``, ``jax_step``,
+``torch_step``), the micro-batches and accumulators, the Keras adapter, the distribution
+strategies and their argument checks; it imports nothing else of the project.
 """
 
 from __future__ import annotations

@@ -77,7 +77,17 @@ def state_assigning_layers(
 
 
 def _trace_only(function, x: Any) -> None:
-    """Traces ``function(x)`` into a throwaway graph (TensorFlow) or jaxpr (JAX); runs nothing."""
+    """Traces ``function(x)`` into a throwaway graph (TensorFlow) or jaxpr (JAX); runs nothing.
+
+    PyTorch has no tracing apart from running: ``function`` runs eagerly without gradients
+    (its ``StatelessScope`` records assignments instead of making them).
+    """
+    if keras.backend.backend() == "torch":
+        import torch
+
+        with torch.no_grad():
+            function(x)
+        return
     if keras.backend.backend() == "jax":
         import jax
 
@@ -217,7 +227,7 @@ def _probe(loss: Any, whole: tuple, halves: list[tuple]) -> loss_split.LossPlan:
         shares, _, _ = loss_split.recombined(loss, halves, plan)
     except ValueError:
         return Plan(problem=CHANGING)
-    keras_value = float(np.sum(np.asarray(on_whole.value, dtype=np.float64)))
+    keras_value = float(np.sum(loss_split.host_float64(on_whole.value)))
     if not np.isclose(shares, keras_value, rtol=1e-4, atol=1e-6):
         return Plan(problem=NOT_LINEAR if on_whole.parts else NEITHER_MEAN_NOR_SUM)
     return plan
@@ -226,8 +236,8 @@ def _probe(loss: Any, whole: tuple, halves: list[tuple]) -> loss_split.LossPlan:
 def _scale_of(whole: Any, pieces: list[Any]) -> str | None:
     """Whether one value per batch is the mean of per-sample values (weighted by rows) or
     their sum, from its value on the whole rows and on the pieces; None if neither."""
-    value = float(np.asarray(whole, dtype=np.float64))
-    parts = [float(np.asarray(p, dtype=np.float64)) for p in pieces]
+    value = float(loss_split.host_float64(whole))
+    parts = [float(loss_split.host_float64(p)) for p in pieces]
     rows = [s.stop - s.start for s in _SPLIT]
     mean = sum(r * p for r, p in zip(rows, parts)) / sum(rows)
     if np.isclose(value, mean, rtol=1e-4, atol=1e-6, equal_nan=True):
@@ -239,8 +249,8 @@ def _scale_of(whole: Any, pieces: list[Any]) -> str | None:
 
 def _same_rows(whole: Any, pieces: list[Any]) -> bool:
     """Whether per-sample values on the whole rows are those on the pieces, concatenated."""
-    whole = np.asarray(whole, dtype=np.float64)
-    pieces = [np.asarray(p, dtype=np.float64) for p in pieces]
+    whole = loss_split.host_float64(whole)
+    pieces = [loss_split.host_float64(p) for p in pieces]
     if any(p.ndim != whole.ndim for p in pieces) or whole.ndim == 0:
         return False
     together = np.concatenate(pieces)

@@ -34,16 +34,9 @@ from keras import ops, tree
 
 from tfx_accum.components.accumulation import keras_adapter as adapter
 from tfx_accum.components.accumulation import loss_split
+from tfx_accum.components.accumulation.micro_batch_sizes import micro_batch_groups
 
 __all__ = ["micro_batch_groups", "train_step"]
-
-
-def micro_batch_groups(n: int, k: int) -> list[tuple[int, int]]:
-    """``[(size, count), ...]``: ``min(n, k)`` micro-batches as equal as possible, long first."""
-    count = max(min(n, k), 1)
-    short, long_count = divmod(n, count)
-    groups = [(short + 1, long_count), (short, count - long_count)]
-    return [(size, c) for size, c in groups if size > 0 and c > 0]
 
 
 def _rows(structure: Any) -> int:

@@ -254,7 +254,7 @@ def masked_mean_epsilon() -> float:
         def weight_of_valid_entry() -> float:
             mask = ops.convert_to_tensor(np.array([1.0, 0.0], "float32"))
             weights = _loss_lib.apply_mask(None, mask, "float32", "sum_over_batch_size")
-            return float(np.asarray(weights)[0])
+            return float(ops.convert_to_numpy(weights)[0])  # any device
 
         weight = run_isolated(weight_of_valid_entry)  # 2 / (1 + epsilon), or 2
         from keras import config
@@ -545,7 +545,7 @@ def _probe_loss_reductions() -> None:
         whole_pred = ops.convert_to_tensor(y_pred)
         if valid is not None:
             _backend.set_keras_mask(whole_pred, ops.convert_to_tensor(valid))
-        keras_value = float(np.sum(np.asarray(loss(y_true, whole_pred, sw), "float64")))
+        keras_value = float(np.sum(loss_split.host_float64(loss(y_true, whole_pred, sw))))
         ours, _, terms = loss_split.recombined(loss, [piece(0, 2), piece(2, n)], plan)
         found = [[p.kind for p in t.parts] for t in terms]
         if any(kinds != [kind] for kinds in found):

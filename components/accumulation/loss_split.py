@@ -25,7 +25,7 @@ the reduced value (a ``__call__`` that scales it, sums two losses) then acts on 
 so the shares add up to the whole batch's loss when that is linear; the probe in
 ``inexact_cases`` checks it, and tells a scalar mean from a sum (``LossPlan``).
 
-Backend-neutral (``keras.ops`` only): the TensorFlow and JAX steps share it.
+Backend-neutral (``keras.ops`` only): the TensorFlow, JAX and PyTorch steps share it.
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ __all__ = [
     "OutputShare",
     "Shares",
     "compiled_shares",
+    "host_float64",
     "output_share",
     "split",
     "summed",
@@ -391,7 +392,7 @@ def recombined(
     if len(kinds) != 1:
         raise ValueError(f"its reductions differ between parts of a batch: {sorted(kinds)}")
     layout, _ = summed(own[:1])
-    sums = np.sum([np.asarray(summed([term])[1], "float64") for term in own], axis=0)
+    sums = np.sum([[host_float64(v) for v in summed([term])[1]] for term in own], axis=0)
     totals = totals_of(layout, sums.astype("float32")).get(0, {})
     samples = sum(int(ops.shape(piece[1])[0]) for piece in pieces)
     share_sum = logged_sum = 0.0
@@ -399,6 +400,14 @@ def recombined(
         rows = int(ops.shape(piece[1])[0])
         shares = Shares(float(samples), rows / samples, totals, plan)
         output = output_share(split(loss, *piece, shares=shares), shares)
-        share_sum += float(np.asarray(output.share, "float64"))
-        logged_sum += float(np.asarray(output.logged, "float64"))
+        share_sum += float(host_float64(output.share))
+        logged_sum += float(host_float64(output.logged))
     return share_sum, logged_sum, own
+
+
+def host_float64(value: Any) -> Any:
+    """``value``, a tensor of any backend on any device (or a number), as a float64 NumPy
+    array: ``np.asarray`` cannot read a torch tensor on a GPU, ``convert_to_numpy`` can."""
+    import numpy as np
+
+    return np.asarray(ops.convert_to_numpy(value), dtype=np.float64)

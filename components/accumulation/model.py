@@ -1,8 +1,9 @@
-"""Exact gradient accumulation for Keras 3 ``model.fit`` (TensorFlow and JAX backends).
+"""Exact gradient accumulation for Keras 3 ``model.fit`` (TensorFlow, JAX and PyTorch backends).
 
 This module holds the model (its arguments, the loss split into exact shares, the
 warnings and refusals, all backend-independent) and TensorFlow's step, described below;
-JAX's step is :mod:`components.accumulation.jax_step`, which reuses the rest.
+JAX's step is :mod:`components.accumulation.jax_step` and PyTorch's
+:mod:`components.accumulation.torch_step`, which reuse the rest.
 
 One ``fit`` step receives the whole effective batch, cuts it into ``k`` micro-batches,
 runs forward and backward on them one after another inside a ``tf.while_loop`` (so only
@@ -57,8 +58,8 @@ from tfx_accum.components.accumulation.multi_worker_strategy import (
     refuse_tensorflows_multi_worker_strategy,
 )
 
-# The step below is TensorFlow's; on the JAX backend the model trains through
-# components/accumulation/jax_step.py, and TensorFlow need not be installed at all (#35).
+# The step below is TensorFlow's; on the JAX and PyTorch backends the model trains through
+# components/accumulation/jax_step.py and torch_step.py, and TensorFlow need not be installed.
 _BACKEND = keras.backend.backend()
 if _BACKEND == "tensorflow":
     import tensorflow as tf
@@ -73,10 +74,12 @@ if _BACKEND == "tensorflow":
     from tfx_accum.components.accumulation.micro_batches import check_splittable
 elif _BACKEND == "jax":
     from tfx_accum.components.accumulation import jax_step
+elif _BACKEND == "torch":
+    from tfx_accum.components.accumulation import torch_step
 else:
     raise ImportError(
         f"GradientAccumulationModel: the Keras backend {_BACKEND!r} is not supported; use "
-        "KERAS_BACKEND=tensorflow or KERAS_BACKEND=jax."
+        "KERAS_BACKEND=tensorflow, KERAS_BACKEND=jax or KERAS_BACKEND=torch."
     )
 
 __all__ = ["GradientAccumulationModel", "LOSS_REDUCTIONS"]
@@ -538,8 +541,8 @@ class GradientAccumulationModel(keras.Model):
         outputs = loss_split.compiled_shares(terms, shares)
         for index, (term, output) in enumerate(zip(terms, outputs)):
             self._note_loss_problem(index, term)
-            if output.unreduced and _BACKEND == "jax":
-                raise _unreduced_on_jax(term)
+            if output.unreduced and _BACKEND in _SCALAR_TRAINERS:
+                raise _unreduced_refused(term)
             # The <output>_loss metric, as plain Keras updates it: with the output's value
             # weighted by the static batch size, or its values' mean weighted by the rows.
             step.per_output.append(output.logged)
@@ -566,6 +569,22 @@ class GradientAccumulationModel(keras.Model):
             total += value if user_reduction == "sum" else value * step.share
         step.own_value = total
         return total
+
+    def _micro_batch_share(self, step: _Step, share, x, y, y_pred, sample_weight):
+        """``(objective, logged)``: a micro-batch's share of the whole batch's loss, to
+        differentiate, and what the loss log adds up. ``compute_loss`` runs in its collecting
+        mode (user overrides included), as the TensorFlow and PyTorch steps call it after the
+        micro-batch's forward pass; ``share`` is its fraction of the batch's samples."""
+        step.share = share
+        step.super_called, step.own_value = False, None
+        step.per_output, step.per_output_weights, step.log_delta = [], [], 0.0
+        step.collecting = True
+        try:
+            value = adapter.compute_loss(self, x, y, y_pred, sample_weight)
+        finally:
+            step.collecting = False
+        objective = self._objective(step, value)
+        return objective, objective + step.log_delta
 
     def _objective(self, step: _Step, value: tf.Tensor) -> tf.Tensor:
         """The micro-batch's share of the whole batch's loss, from compute_loss's value."""
@@ -608,11 +627,15 @@ class GradientAccumulationModel(keras.Model):
         """One update from one batch: Keras's ``train_step`` for this backend.
 
         TensorFlow calls it with ``(data)``; JAX with ``(state, data)`` (its stateless
-        trainer), which :func:`components.accumulation.jax_step.train_step` serves.
+        trainer), which :func:`components.accumulation.jax_step.train_step` serves; PyTorch
+        with ``(data)``, served by :func:`components.accumulation.torch_step.train_step`.
         """
         if _BACKEND == "jax":
             object.__setattr__(self, "_entered_train_step", True)
             return jax_step.train_step(self, *args, plain_step=super().train_step)
+        if _BACKEND == "torch":
+            object.__setattr__(self, "_entered_train_step", True)
+            return torch_step.train_step(self, *args, plain_step=super().train_step)
         (data,) = args
         object.__setattr__(self, "_entered_train_step", True)
         if not tf.executing_eagerly():
@@ -677,18 +700,10 @@ class GradientAccumulationModel(keras.Model):
 
         def micro_step(cut, start, size, maybe_empty=False):
             xj, yj, swj = cut
-            step.share = tf.math.divide_no_nan(tf.cast(size, tf.float32), step.samples)
-            step.super_called, step.own_value = False, None
-            step.per_output, step.per_output_weights, step.log_delta = [], [], 0.0
+            share = tf.math.divide_no_nan(tf.cast(size, tf.float32), step.samples)
             with tf.GradientTape() as tape:
                 y_pred = self._forward(xj)
-                step.collecting = True
-                try:
-                    value = adapter.compute_loss(self, xj, yj, y_pred, swj)
-                finally:
-                    step.collecting = False
-                objective = self._objective(step, value)
-                logged = objective + step.log_delta
+                objective, logged = self._micro_batch_share(step, share, xj, yj, y_pred, swj)
                 if maybe_empty:
                     # A micro-batch without rows adds nothing, also where a value over its
                     # 0 rows (a mean) is NaN; its weight gradients are sums over 0 rows.
@@ -901,13 +916,18 @@ def _xla_on_cpu() -> bool:
     return not any(tf.config.list_logical_devices(kind) for kind in ("GPU", "TPU"))
 
 
-def _unreduced_on_jax(term: loss_split.LossTerm) -> ValueError:
+# The backends whose Keras trainer differentiates only a scalar loss (``jax.value_and_grad``,
+# torch's ``backward()``): there plain ``fit`` fails on unreduced values.
+_SCALAR_TRAINERS = {"jax": "JAX", "torch": "PyTorch"}
+
+
+def _unreduced_refused(term: loss_split.LossTerm) -> ValueError:
     return ValueError(
         f"GradientAccumulationModel: loss {inexact_cases.describe_loss(term.loss)} returns "
         f"unreduced values of shape {tuple(term.value.shape)} (reduction="
-        f"{getattr(term.loss, 'reduction', None)!r}), and Keras's JAX trainer differentiates "
-        "only a scalar loss (plain fit fails on it too); use another reduction, or reduce the "
-        "values in call() or in compute_loss."
+        f"{getattr(term.loss, 'reduction', None)!r}), and Keras's {_SCALAR_TRAINERS[_BACKEND]} "
+        "trainer differentiates only a scalar loss (plain fit fails on it too); use another "
+        "reduction, or reduce the values in call() or in compute_loss."
     )
 
 

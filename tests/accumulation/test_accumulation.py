@@ -1,5 +1,6 @@
 """Equivalence of GradientAccumulationModel with plain training on the whole batch."""
 
+import contextlib
 import warnings
 
 import keras
@@ -32,7 +33,15 @@ OPTIMIZERS = {
 TF_ONLY = pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="a TensorFlow feature")
 
 # Every equivalence test runs with and without XLA (Keras turns XLA on by default on a GPU).
+# On PyTorch, jit_compile=True is torch.compile, minutes of compiling per case on a CPU:
+# its stage (scripts/torch_stack.sh) deselects "xla" and runs test_torch_backend.py's.
 JIT = pytest.mark.parametrize("jit", [False, True], ids=["graph", "xla"])
+
+
+def skip_torch_compile(jit_compile: bool) -> None:
+    """Skips a ``jit_compile=True`` case on PyTorch (see ``JIT``)."""
+    if jit_compile and keras.backend.backend() == "torch":
+        pytest.skip("torch.compile: minutes per case on a CPU; test_torch_backend.py has its own")
 
 
 def fit_both(build, steps, fit_kwargs, compile_kwargs, optimizer="sgd", jit=False, **ga_kwargs):
@@ -42,8 +51,20 @@ def fit_both(build, steps, fit_kwargs, compile_kwargs, optimizer="sgd", jit=Fals
     compile_kwargs = {"jit_compile": jit, **compile_kwargs}
     for model in (plain, ga):
         model.compile(optimizer=make_optimizer(), **compile_kwargs)
-        histories.append(model.fit(shuffle=False, verbose=0, **fit_kwargs).history)
+        try:
+            histories.append(model.fit(shuffle=False, verbose=0, **fit_kwargs).history)
+        except RuntimeError as error:
+            if model is ga or not kerass_torch_step_fails(error):
+                raise
+            pytest.skip(f"no reference: plain Keras {keras.__version__} fails on this model")
     return plain, ga, histories, tol
+
+
+def kerass_torch_step_fails(error: RuntimeError) -> bool:
+    """Whether ``error`` is Keras's own torch step failing in its backward pass: a layer
+    that assigns in place what the backward pass needs (a masked GlobalAveragePooling1D
+    in Keras 3.8 to 3.12, a stateful LSTM in 3.15.1; torch 2.13)."""
+    return keras.backend.backend() == "torch" and "modified by an inplace operation" in str(error)
 
 
 def assert_equivalent(plain, ga, tol):
@@ -195,6 +216,9 @@ def test_schedule_iterations_and_callbacks_count_updates(jit):
 
 @pytest.mark.parametrize("jit_compile,steps_per_execution", [(True, 1), (False, 3), (True, 3)])
 def test_jit_compile_and_steps_per_execution(jit_compile, steps_per_execution):
+    if steps_per_execution > 1 and keras.backend.backend() == "torch":
+        pytest.skip("Keras's torch trainer refuses steps_per_execution > 1 (plain fit too)")
+    skip_torch_compile(jit_compile)
     x, y, sw = classification_data()
     plain, ga, _, tol = fit_both(
         dense_classifier,
@@ -210,11 +234,19 @@ def test_jit_compile_and_steps_per_execution(jit_compile, steps_per_execution):
     assert_equivalent(plain, ga, tol)
 
 
+@contextlib.contextmanager
+def dtype_policy(name: str):
+    keras.config.set_dtype_policy(name)
+    try:
+        yield
+    finally:
+        keras.config.set_dtype_policy("float32")
+
+
 @pytest.fixture
 def mixed_precision():
-    keras.mixed_precision.set_dtype_policy("mixed_float16")
-    yield
-    keras.mixed_precision.set_dtype_policy("float32")
+    with dtype_policy("mixed_float16"):
+        yield
 
 
 @JIT
@@ -236,6 +268,34 @@ def test_mixed_float16_matches_plain(mixed_precision, jit):
     # On JAX, plain Keras's loss scale skips the first update (its scale starts too high).
     expected = 8 if keras.backend.backend() == "tensorflow" else updates[0]
     assert updates == [expected, expected]
+
+
+@pytest.fixture
+def bfloat16_policy():
+    with dtype_policy("bfloat16"):
+        yield
+
+
+@JIT
+def test_gradients_add_up_in_float32_when_the_weights_are_bfloat16(bfloat16_policy, jit):
+    """16 micro-batches of one row: gradients 256 and 15 x 1. Summed in bfloat16 (8 bits of
+    mantissa), 256 + 1 rounds back to 256 every time (w = 1 - 256 / 256 = 0); in float32 the
+    sum is 271, which the update applies as 272 in bfloat16, or as 271 where the compiler
+    computes bfloat16 in float32 (XLA on a CPU): w = 1 - 272 / 256 or 1 - 271 / 256."""
+    inputs = keras.Input((1,))
+    outputs = keras.layers.Dense(1, use_bias=False, kernel_initializer="ones")(inputs)
+    model = GradientAccumulationModel(inputs, outputs, gradient_accumulation_steps=16)
+    model.compile(
+        optimizer=keras.optimizers.SGD(2.0**-8),
+        loss=keras.losses.MeanAbsoluteError(reduction="sum"),  # gradient: x per row
+        jit_compile=jit,
+    )
+    x = np.ones((16, 1), "float32")
+    x[0] = 256.0
+    model.fit(x, np.full((16, 1), -10.0, "float32"), batch_size=16, verbose=0, shuffle=False)
+    (kernel,) = model.get_weights()
+    assert keras.backend.standardize_dtype(kernel.dtype) == "bfloat16"
+    assert float(kernel.astype("float32")[0, 0]) in (1.0 - 272.0 / 256.0, 1.0 - 271.0 / 256.0)
 
 
 def test_mixed_float16_overflow_skips_whole_update(mixed_precision):
@@ -279,7 +339,7 @@ def test_keras_save_load_round_trip_and_export(tmp_path):
     assert int(restored.optimizer.iterations) == int(model.optimizer.iterations)
     restored.fit(x, y, batch_size=32, epochs=1, verbose=0)
     if keras.backend.backend() != "tensorflow":
-        return  # a SavedModel export from JAX goes through jax2tf: not this model's concern
+        return  # a SavedModel export from JAX (jax2tf) or PyTorch: not this model's concern
 
     export_dir = str(tmp_path / "serving")
     model.export(export_dir, verbose=False)
@@ -424,6 +484,7 @@ def test_a_fresh_process_fits_inside_a_mirrored_scope_exactly(replicas):
 @pytest.mark.parametrize("jit_compile", [False, True])
 def test_static_batch_shapes_use_fixed_micro_batches(jit_compile):
     # drop_remainder=True gives a static batch dimension (as on TPU): k fixed-size slices.
+    skip_torch_compile(jit_compile)
     x, y, sw = classification_data(n=96)
 
     batches = dict(x=x, y=y, sample_weight=sw, batch_size=32)  # without TensorFlow (JAX: static)

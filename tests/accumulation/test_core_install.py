@@ -23,7 +23,8 @@ from packaging.requirements import Requirement
 from tfx_accum import backends, extras
 
 CORE_ONLY = bool(extras.missing())
-# Set by scripts/newest_stack.sh for its JAX stage: tfx-accum[jax] alone, no TensorFlow.
+# Set by scripts/newest_stack.sh for its JAX and PyTorch stages: one backend's extra alone,
+# no TensorFlow.
 WITHOUT_TENSORFLOW = bool(os.environ.get("TFX_ACCUM_TESTS_WITHOUT_TENSORFLOW"))
 NEEDS_TF = pytest.mark.skipif(find_spec("tensorflow") is None, reason="no TensorFlow installed")
 
@@ -159,8 +160,10 @@ def test_the_core_requires_no_backend_and_each_backend_has_its_extra():
     assert found["torch"][0].specifier.contains("2.13.0")
 
 
-@pytest.mark.skipif(not WITHOUT_TENSORFLOW, reason="only tfx-accum[jax] alone lacks TensorFlow")
-def test_the_jax_extra_alone_installs_no_tensorflow():
+@pytest.mark.skipif(
+    not WITHOUT_TENSORFLOW, reason="only tfx-accum[jax] or [torch] lacks TensorFlow"
+)
+def test_the_jax_or_torch_extra_alone_installs_no_tensorflow():
     assert find_spec("tensorflow") is None
     with pytest.raises(metadata.PackageNotFoundError):
         metadata.distribution("tensorflow")

@@ -8,12 +8,9 @@ fresh process, whose backend is chosen before Keras is imported.
 
 from __future__ import annotations
 
-import json
-import os
 import subprocess
-import sys
-import textwrap
 
+import backend_runs
 import pytest
 
 pytest.importorskip("jax")
@@ -31,72 +28,15 @@ sys.meta_path.insert(0, _NoTensorFlow())
 
 
 def _run(code: str, backend: str = "jax", **env_vars: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "KERAS_BACKEND": backend, "TF_CPP_MIN_LOG_LEVEL": "3", **env_vars}
-    return subprocess.run(
-        [sys.executable, "-c", NO_TENSORFLOW + textwrap.dedent(code)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-    )
+    return backend_runs.run(code, backend, NO_TENSORFLOW, **env_vars)
 
 
-def _result(proc: subprocess.CompletedProcess) -> dict:
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+_result = backend_runs.result
 
 
 def test_exact_on_jax_without_tensorflow_and_k_changes_rebuild_the_step():
     """Plain Keras on the whole batch vs the model at k=3, then k=5 on the same model."""
-    result = _result(
-        _run(
-            """
-            import json, sys
-            import keras, numpy as np
-            from tfx_accum.components import GradientAccumulationModel
-
-            def build():
-                inputs = keras.Input((8,))
-                hidden = keras.layers.Dense(
-                    16, activation="tanh", kernel_regularizer=keras.regularizers.L2(1e-2)
-                )(inputs)
-                return keras.Model(inputs, keras.layers.Dense(3, activation="softmax")(hidden))
-
-            rng = np.random.default_rng(0)
-            x = rng.normal(size=(100, 8)).astype("float32")
-            y = rng.integers(0, 3, 100).astype("int32")
-            sw = rng.uniform(0.1, 2.0, 100).astype("float32")
-            keras.utils.set_random_seed(0)
-            plain = build()
-            ga = GradientAccumulationModel.from_model(build(), gradient_accumulation_steps=3)
-            ga.set_weights(plain.get_weights())
-            diffs, traces = [], []
-            for k in (3, 5):
-                ga.gradient_accumulation_steps = k
-                for model in (plain, ga):
-                    if getattr(model, "optimizer", None) is None:
-                        model.compile(
-                            optimizer=keras.optimizers.Adam(0.01),
-                            loss="sparse_categorical_crossentropy",
-                            metrics=["accuracy"],
-                        )
-                logs = [
-                    m.fit(x, y, sample_weight=sw, batch_size=32, epochs=2, shuffle=False,
-                          verbose=0).history
-                    for m in (plain, ga)
-                ]
-                diffs.append(max(float(np.max(np.abs(a - b)))
-                                 for a, b in zip(plain.get_weights(), ga.get_weights())))
-                traces.append(ga.train_step_trace_count)
-            print(json.dumps({
-                "diffs": diffs, "traces": traces, "logs": logs,
-                "iterations": [int(m.optimizer.iterations) for m in (plain, ga)],
-                "tensorflow": "tensorflow" in sys.modules,
-                "backend": keras.backend.backend(),
-            }))
-            """
-        )
-    )
+    result = _result(_run(backend_runs.EXACT_AS_K_CHANGES))
     assert result["backend"] == "jax" and result["tensorflow"] is False
     assert max(result["diffs"]) < 1e-4, result["diffs"]
     assert result["iterations"] == [16, 16]
@@ -186,25 +126,4 @@ def test_another_backend_is_refused_in_one_line():
 
 def test_the_gpu_bench_runs_and_reports_exactness(tmp_path):
     """bench/gpu_jax.py, ready for a GPU: its smoke shapes on this CPU, TensorFlow blocked."""
-    from pathlib import Path
-
-    script = Path(__file__).resolve().parents[2] / "bench" / "gpu_jax.py"
-    proc = _run(
-        f"""
-        import runpy, sys
-        sys.argv = [{str(script)!r}, "--smoke", "--models", "convnet", "--steps", "2",
-                    "--out", {str(tmp_path)!r}]
-        runpy.run_path(sys.argv[0], run_name="__main__")
-        """
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    report = json.loads((tmp_path / "gpu_jax.json").read_text())
-    (row,) = report["rows"]
-    assert row["model"] == "convnet" and row["k"] == 4
-    assert row["max_abs_diff"] < 1e-5
-    assert row["ga_over_plain"] > 0 and row["ga_over_k_micro_steps"] > 0
-    assert (
-        report["largest_batch"]["convnet"]["accumulated"]
-        >= 2 * report["largest_batch"]["convnet"]["plain"]
-    )
-    assert (tmp_path / "gpu_jax.md").read_text().startswith("# GradientAccumulationModel on")
+    backend_runs.check_gpu_bench(tmp_path, "jax", NO_TENSORFLOW)
