@@ -55,14 +55,14 @@ HP_MICRO_BATCH_SIZE = "micro_batch_size"
 HP_LEARNING_RATE = "learning_rate"
 
 MODEL_NAMES = ("cnn", "mlp", "densenet121")
-# Or your own model: "package.module:function" (see components/training/custom_model.py).
+# Or your own model: "package.module:function" (see tfx_accum.components.training.custom_model).
 MODEL_FUNCTION = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*$")
 IMAGE_MODELS = ("cnn", "densenet121")  # read the features as a square pixel grid
 DEFAULT_MODEL = "mlp"  # tabular; the embedded digits (an 8x8 image) get "cnn"
 LABEL_KEY = "label"
 # Keras mixed-precision policies the Tuner's and Trainer's models can compute in
-# (``--precision``; components/training/models.py applies them). float16 wants a GPU (Keras wraps
-# the optimizer for loss scaling), bfloat16 a TPU or a recent GPU; the variables and the
+# (``--precision``; tfx_accum.components.training.models applies them). float16 wants a GPU (Keras
+# wraps the optimizer for loss scaling), bfloat16 a TPU or a recent GPU; the variables and the
 # output layer stay float32 either way.
 PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
 DEFAULT_PRECISION = "float32"  # tfx-accum run; compile: the node pool's (node_pools.yaml)
@@ -79,12 +79,12 @@ TRIAL_SPEED = "examples_per_second"  # steady training throughput (tuner.EpochTi
 TRIAL_PEAK_MEMORY = "peak_memory_mb"  # GPU allocator peak, or the process's peak RSS on CPU
 TRIAL_REUSED_FROM = "reused_from"  # the trial whose score an exact duplicate reuses
 # Added to the best hyperparameters when the Tuner picks a faster split of the best
-# trial's effective batch (components/search/search_policy.py: choose_trainer_split).
+# trial's effective batch (tfx_accum.components.search.search_policy: choose_trainer_split).
 RESPLIT_FROM_TRIAL = "resplit_from_trial"
 RESPLIT_FROM_SPLIT = "resplit_from_split"
 RESPLIT_SPEEDUP = "resplit_speedup"
 # Values a trial or the Tuner's decision records beside the hyperparameters: never part of
-# what decides the trained model (components/search/search_policy.py: duplicate_key).
+# what decides the trained model (tfx_accum.components.search.search_policy: duplicate_key).
 TRIAL_RECORDED = (
     TRIAL_EXAMPLES,
     TRIAL_SCORED_ON,
@@ -201,19 +201,20 @@ class ModelSettings:
 
     ``task``: ``classification``, ``regression`` (``--task``), or what the command line's
     data check decided (``multiclass``, ``binary``, ``regression``); None: inferred from the
-    statistics (components/data/tasks.py). ``features``/``exclude_features``: the columns the
-    model gets (components/data/columns.py); ``categorical_features``: integer columns that are
-    categories, not quantities. ``precision``: the Keras dtype policy the model is built
+    statistics (tfx_accum.components.data.tasks). ``features``/``exclude_features``: the columns the
+    model gets (tfx_accum.components.data.columns); ``categorical_features``: integer columns that
+    are categories, not quantities. ``precision``: the Keras dtype policy the model is built
     under (:data:`PRECISIONS`). ``model_hyperparameters``: ``package.module:function``
     returning the ``keras_tuner.HyperParameters`` a model function reads but does not
     declare (TFX's penguin example's ``_get_hyperparameters``); searched with the rest.
     ``model_code``: a model function's files and their SHA-256
-    (components/training/model_code.py), so that TFX's cache key holds the code; ``{}``
+    (tfx_accum.components.training.model_code), so that TFX's cache key holds the code; ``{}``
     for a built-in model, and then left out of ``custom_config``.
     """
 
     model: str = DEFAULT_MODEL
-    num_classes: int | None = None  # None: inferred from the labels (components/data/tasks.py)
+    # None: inferred from the labels (tfx_accum.components.data.tasks)
+    num_classes: int | None = None
     label_key: str = LABEL_KEY
     task: str | None = None
     features: tuple[str, ...] | None = None
@@ -286,7 +287,7 @@ class TunerDecision:
 
     The Tuner writes it as Keras Tuner's ``best_hyperparameters`` config (TFX's
     ``best_hyperparameters.txt``): the best trial's values, with the fastest exact split of
-    its effective batch (components/search/search_policy.py) and where that split came from.
+    its effective batch (tfx_accum.components.search.search_policy) and where that split came from.
     The Trainer and the run summary both read it through :meth:`from_config`.
     """
 

@@ -2,7 +2,7 @@
 
 What broke the image before: a pinned requirement (``pyfarmhash`` 0.3.2) that exists only as
 a source distribution, on a slim base image without a compiler. This check reads the
-Dockerfile's own ``pip wheel`` and ``pip install`` lines (:mod:`~tfx_accum.kubeflow.dockerfile`)
+Dockerfile's own ``pip wheel`` and ``pip install`` lines (``tfx_accum.kubeflow.dockerfile``)
 and, for each variant
 (``ACCELERATOR`` = cpu, gpu, tpu), works out the distributions it installs with their pinned
 versions, then asks their package index whether each has a wheel for the image's platform

@@ -1,6 +1,6 @@
 """Pipeline settings in one place (the TFX templates' ``configs.py``).
 
-Model and training defaults live in :mod:`tfx_accum.components.settings`, search defaults
+Model and training defaults live in ``tfx_accum.components.settings``, search defaults
 in :class:`tfx_accum.components.search.search_space.SearchSpace`; this module holds what only the
 pipeline needs.
 """

@@ -17,10 +17,10 @@ FIGURE = re.compile(
 )
 # Settings, not measurements: each is a threshold or a limit in the code, named where it lives.
 SETTINGS = {
-    ("64", "MiB"),  # pipeline/local/beam.py: in-process Beam below this much input
-    ("128", "MiB"),  # pipeline/local/beam.py: one Beam worker per this much input
-    ("60", "s"),  # pipeline/kubeflow/spec.py: the retry policy's first back-off
-    ("600", "s"),  # pipeline/kubeflow/spec.py: its longest back-off
+    ("64", "MiB"),  # tfx_accum.pipeline.local.beam: in-process Beam below this much input
+    ("128", "MiB"),  # tfx_accum.pipeline.local.beam: one Beam worker per this much input
+    ("60", "s"),  # tfx_accum.pipeline.kubeflow.spec: the retry policy's first back-off
+    ("600", "s"),  # tfx_accum.pipeline.kubeflow.spec: its longest back-off
 }
 
 

@@ -1,4 +1,4 @@
-"""Which signals stop a run (tfx_accum/interrupts.py), in this process's main thread."""
+"""Which signals stop a run (tfx_accum.interrupts), in this process's main thread."""
 
 from __future__ import annotations
 

@@ -11,12 +11,12 @@ Installed packages:
 
 ``pip install tfx-accum`` installs the model alone (Keras and numpy), beside the Keras backend
 of your choice or with it as an extra, ``'tfx-accum[tensorflow]'`` or ``'tfx-accum[jax]'``
-(:mod:`tfx_accum.backends`); ``pip install 'tfx-accum[tfx]'`` adds TensorFlow and what
-``tfx_accum.pipeline`` and the TFX Trainer and Tuner modules need (:mod:`tfx_accum.extras`).
+(``tfx_accum.backends``); ``pip install 'tfx-accum[tfx]'`` adds TensorFlow and what
+``tfx_accum.pipeline`` and the TFX Trainer and Tuner modules need (``tfx_accum.extras``).
 
 ``import tfx_accum`` is cheap: the backend is imported only when the model is first used, and
 the model is registered with Keras (for ``keras.saving.load_model``) as soon as Keras is
-imported (:mod:`tfx_accum.keras_registration`).
+imported (``tfx_accum.keras_registration``).
 """
 
 from __future__ import annotations

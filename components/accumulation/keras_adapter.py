@@ -1,7 +1,7 @@
 """Every use of Keras internals by tfx-accum, in one place.
 
-:class:`~components.accumulation.model.GradientAccumulationModel` must compute the loss of a
-micro-batch *in parts* (numerator and denominator of each output's loss) to weight the
+:class:`~tfx_accum.components.accumulation.model.GradientAccumulationModel` must compute the loss of
+a micro-batch *in parts* (numerator and denominator of each output's loss) to weight the
 micro-batches exactly, which public Keras API does not expose. What it needs from inside
 Keras is here, each with a comment saying why:
 
@@ -183,7 +183,7 @@ def recording_activity_losses(model: Any) -> Iterator[dict[int, str]]:
 SUM = "sum"
 MEAN = "mean"
 
-# ``Loss.__call__``'s helpers (Keras 3.8 to 3.15), for components/accumulation/loss_split.py,
+# ``Loss.__call__``'s helpers (Keras 3.8 to 3.15), for tfx_accum.components.accumulation.loss_split,
 # which takes a loss apart as Keras reduces it.
 standardize_reduction = _loss_lib.standardize_reduction
 apply_mask = _loss_lib.apply_mask

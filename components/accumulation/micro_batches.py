@@ -1,7 +1,7 @@
 """Where each micro-batch of one training step lies in the batch, and how it is cut out.
 
-A step of :class:`~components.accumulation.model.GradientAccumulationModel` receives the whole
-batch of ``n`` rows and cuts it into ``k`` micro-batches. Two schedules, both exact (any
+A step of :class:`~tfx_accum.components.accumulation.model.GradientAccumulationModel` receives the
+whole batch of ``n`` rows and cuts it into ``k`` micro-batches. Two schedules, both exact (any
 split of the rows is; they differ in shapes, memory and what a compiler needs):
 
 - :class:`DynamicSchedule` (no XLA): ``min(n, k)`` micro-batches whose sizes differ by at

@@ -2,7 +2,7 @@
 
 This module holds the model (its arguments, the loss split into exact shares, the
 warnings and refusals, all backend-independent) and TensorFlow's step, described below;
-JAX's step is :mod:`components.accumulation.jax_step`, which reuses the rest.
+JAX's step is ``tfx_accum.components.accumulation.jax_step``, which reuses the rest.
 
 One ``fit`` step receives the whole effective batch, cuts it into ``k`` micro-batches,
 runs forward and backward on them one after another inside a ``tf.while_loop`` (so only
@@ -25,7 +25,7 @@ model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
 model.fit(x, y, batch_size=128)  # each step: 4 micro-batches of 32, one update
 ```
 
-How a micro-batch's share is computed (see :mod:`components.accumulation.loss_split`): each
+How a micro-batch's share is computed (see ``tfx_accum.components.accumulation.loss_split``): each
 output's compiled loss is called through its own ``__call__`` and every reduction Keras makes
 there is split into the numerator and denominator Keras would reduce it with
 (``"sum_over_batch_size"``: elements, or valid elements under a mask;
@@ -55,7 +55,7 @@ from tfx_accum.components.accumulation import keras_adapter as adapter
 from tfx_accum.components.settings import validate_positive_int
 
 # The step below is TensorFlow's; on the JAX backend the model trains through
-# components/accumulation/jax_step.py, and TensorFlow need not be installed at all (#35).
+# tfx_accum.components.accumulation.jax_step, and TensorFlow need not be installed at all (#35).
 _BACKEND = keras.backend.backend()
 if _BACKEND == "tensorflow":
     import tensorflow as tf
@@ -428,8 +428,8 @@ class GradientAccumulationModel(keras.Model):
 
     def _find_inexact_cases(self, x, values=None) -> None:
         """Once per model, when its step is first traced: the layers that assign state in
-        their training forward pass (components/accumulation/inexact_cases.py; ``values``: see
-        there)."""
+        their training forward pass (tfx_accum.components.accumulation.inexact_cases; ``values``:
+        see there)."""
         if getattr(self, "_inexact_probed", False):
             return
         object.__setattr__(self, "_inexact_probed", True)
@@ -605,7 +605,7 @@ class GradientAccumulationModel(keras.Model):
         """One update from one batch: Keras's ``train_step`` for this backend.
 
         TensorFlow calls it with ``(data)``; JAX with ``(state, data)`` (its stateless
-        trainer), which :func:`components.accumulation.jax_step.train_step` serves.
+        trainer), which :func:`tfx_accum.components.accumulation.jax_step.train_step` serves.
         """
         if _BACKEND == "jax":
             object.__setattr__(self, "_entered_train_step", True)

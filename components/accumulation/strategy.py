@@ -10,8 +10,8 @@ multiple of ``R * m`` above ``B`` otherwise (logged). ``k = 1`` with ``R`` repli
 ``R`` counts the replicas of every worker: with ``TF_CONFIG`` naming several workers
 (Vertex AI Training, a Kubeflow ``TFJob``) the strategy is ``MultiWorkerMirroredStrategy``
 over all GPUs (or the CPU) of all workers, in the form Keras 3's ``fit`` can train with
-(:class:`~components.accumulation.keras_adapter.MultiWorkerMirroredStrategy`), and the plan shares
-``k`` among all of them.
+(:class:`~tfx_accum.components.accumulation.keras_adapter.MultiWorkerMirroredStrategy`), and the
+plan shares ``k`` among all of them.
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ level. Configurations this does not cover
 (another payload or file format, a partition feature) run TFX's executor unchanged.
 
 ExampleGen's ``custom_config`` may name cells to read as empty (``--missing-values``:
-:mod:`~tfx_accum.components.data.missing_values`): ``N/A`` in a column of numbers is then a
+``tfx_accum.components.data.missing_values``): ``N/A`` in a column of numbers is then a
 missing value, not a cell that makes the column text. TFX's executor has
 no such option, so a configuration it would run refuses them.
 """

@@ -1,8 +1,8 @@
 """The Tuner's and Trainer's data: the description from TFX's artifacts, and the splits.
 
-:func:`describe_data` makes the data description (components/data/features.py) from the
+:func:`describe_data` makes the data description (tfx_accum.components.data.features) from the
 schema and StatisticsGen's statistics, which the Tuner and Trainer components receive as
-an input (components/training/tfx_components.py puts its location in ``custom_config``).
+an input (tfx_accum.components.training.tfx_components puts its location in ``custom_config``).
 
 :func:`read_splits` reads the examples through ``fn_args.data_accessor`` (TFX's TFXIO
 reader, parsing by the schema) and preprocesses them with the Keras layers that are
@@ -75,7 +75,7 @@ def load_schema(schema_path: str) -> schema_pb2.Schema:
 
 def examples_schema(fn_args) -> schema_pb2.Schema:
     """The schema the examples are parsed by: Transform's transformed schema where the
-    component has a ``transform_graph`` (components/data/transform.py), else ``schema``'s."""
+    component has a ``transform_graph`` (tfx_accum.components.data.transform), else ``schema``'s."""
     path = transform_output_path(fn_args)
     return transformed_schema(path) if path else load_schema(fn_args.schema_path)
 
@@ -156,7 +156,7 @@ def _parsed(fn_args, files: list[str], schema: schema_pb2.Schema) -> tf.data.Dat
     (tests/data/test_parsed_order.py). One dataset over all the files, not one per file:
     each would build the parsing of every feature again. The same batches are read without
     TFXIO's per-record handoff between threads where a probe of the schema shows they are
-    the same (components/data/tfxio_parsing.py; bench.tfx_floor measures both).
+    the same (tfx_accum.components.data.tfxio_parsing; bench.tfx_floor measures both).
     """
     from tfx_bsl.public import tfxio
 
@@ -188,9 +188,10 @@ def _sample(fn_args, schema: schema_pb2.Schema) -> dict[str, list[bytes]]:
 def describe_data(fn_args, config: ModuleConfig, component: str) -> DataDescription:
     """The model's inputs, label and task, from the schema and the statistics.
 
-    A model function's model gets only the inputs it declares (components/training/custom_model.py):
-    the description is narrowed to them, so they alone are read, preprocessed and served.
-    ``config``: the module's ``custom_config``; ``component`` prefixes the lines it prints.
+    A model function's model gets only the inputs it declares
+    (tfx_accum.components.training.custom_model): the description is narrowed to them, so they alone
+    are read, preprocessed and served. ``config``: the module's ``custom_config``; ``component``
+    prefixes the lines it prints.
     """
     settings = config.model_settings
     schema = examples_schema(fn_args)
@@ -408,7 +409,8 @@ def batched(
 
     Every iterator of a shuffled result yields the same stream, the first one's: under a
     distribution strategy Keras's ``fit`` reads a dataset once before training, which
-    would otherwise move the seeded shuffle on (components/accumulation/distributed_input.py).
+    would otherwise move the seeded shuffle on
+    (tfx_accum.components.accumulation.distributed_input).
     """
 
     def stream() -> tf.data.Dataset:

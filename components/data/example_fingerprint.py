@@ -6,13 +6,13 @@ said "blessed: yes", and a later retrain failed with ``DataLossError: truncated 
 naming no file. So ExampleGen here records, beside its output, the size and SHA-256 of every
 file it wrote (``FINGERPRINT_FILE`` in the artifact's directory, written atomically after
 the files), and :func:`check` compares them again: the local runner calls it before a run
-(``pipeline/checks/cache_check.py``) and makes ExampleGen run again when they differ.
+(``tfx_accum.pipeline.checks.cache_check``) and makes ExampleGen run again when they differ.
 
 The components are TFX's ``CsvExampleGen`` and ``ImportExampleGen`` with an executor that
 runs TFX's and then writes the fingerprint (TFX's public way to extend a component, as in
-``components/training/pusher.py``); their ids stay ``CsvExampleGen`` and ``ImportExampleGen``. The
-CSV one converts in bounded memory (``components/data/csv_examples.py``, #31), writing what
-TFX's executor writes.
+``tfx_accum.components.training.pusher``); their ids stay ``CsvExampleGen`` and
+``ImportExampleGen``. The CSV one converts in bounded memory
+(``tfx_accum.components.data.csv_examples``, #31), writing what TFX's executor writes.
 
 **Their input, by content.** TFX's driver fingerprints the input files by count, size and
 modification time to the second (``tfx.utils.io_utils.generate_fingerprint``): a file

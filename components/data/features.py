@@ -18,18 +18,18 @@ once; the Tuner, the Trainer, the model, the export and the run summary use it:
   StatisticsGen's rank histogram); a missing or unseen value maps to index 0;
 - ``image`` (BYTES whose values are PNG or JPEG files, seen in the first examples): decoded
   and resized to the first image's size, scaled to [0, 1];
-- the label and the task (components/data/tasks.py): classes (indices, or text with a sorted
+- the label and the task (tfx_accum.components.data.tasks): classes (indices, or text with a sorted
   vocabulary) or a regression target with its mean and variance (the model learns the
   standardised target; the export predicts in the label's units).
 
-Inside the model every input is named by a valid Keras name (components/data/columns.py); the
+Inside the model every input is named by a valid Keras name (tfx_accum.components.data.columns); the
 raw ``tf.Example`` keys stay the data's own. For the built-in models (``numeric_vector``,
 set by :func:`describe`) the numeric columns enter as one ``(batch, n)`` input,
 ``NUMERIC_VECTOR``, in the description's order: a table of 5,000 columns is one tensor to
 slice into micro-batches and trace, not 5,000 (measured once on 1,000 rows x 5,000 columns,
 2 busy cores: the first epoch took 445 s with one input per column, 11 s as one vector).
 A model function keeps one input per
-feature (components/training/custom_model.py: its documented contract).
+feature (tfx_accum.components.training.custom_model: its documented contract).
 
 :class:`Preprocessor` (Keras layers) maps raw features to the model's inputs: it runs in
 the ``tf.data`` input pipeline during training (so the training step holds dense tensors
@@ -43,7 +43,7 @@ Example::
     inputs = Preprocessor(data)(parse_raw(serialized, data))
 
 The raw tensors themselves (``parse_raw``, ``dense_raw``) come from
-components/data/raw_features.py.
+tfx_accum.components.data.raw_features.
 
 Size (over 500 lines): the description and the in-model preprocessing are one contract (the
 serving signature takes what ``describe`` names); split, each half would restate the other.
@@ -155,7 +155,7 @@ class DataDescription:
     num_classes: int | None  # None for regression
     label_vocabulary: tuple[str, ...] = ()  # text labels; empty for class indices
     rows: int = 0  # training examples the statistics are over
-    task: str = ""  # components/data/tasks.py; "" reads as multiclass (older callers)
+    task: str = ""  # tfx_accum.components.data.tasks; "" reads as multiclass (older callers)
     label_raw_dtype: str = "int64"
     label_mean: float = 0.0  # regression: the target's training mean and variance
     label_variance: float = 1.0

@@ -1,7 +1,7 @@
 """Serialized or parsed ``tf.Example`` features to the dense raw tensors the Preprocessor takes.
 
-One contract for training (TFXIO's dense and sparse tensors, components/data/datasets.py)
-and serving (``tf.io.parse_example``'s ragged tensors, components/training/export.py): each
+One contract for training (TFXIO's dense and sparse tensors, tfx_accum.components.data.datasets)
+and serving (``tf.io.parse_example``'s ragged tensors, tfx_accum.components.training.export): each
 feature becomes its examples' first value, ``(batch, 1)``, with a fill where an example has
 none (numbers: NaN, which the model's ``FillMissing`` replaces with the training mean;
 categories: -1; strings: ""); image bytes stay ``(batch,)``.
@@ -30,7 +30,7 @@ import tensorflow as tf
 
 from tfx_accum.components.data.feature_kinds import CATEGORICAL, NUMERIC, STRING, TENSOR
 
-if TYPE_CHECKING:  # features.py imports this module
+if TYPE_CHECKING:  # tfx_accum.components.data.features imports this module
     from tfx_accum.components.data.features import DataDescription, InputFeature
 
 

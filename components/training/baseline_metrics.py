@@ -15,7 +15,7 @@ Both baselines take the eval split's own majority and mean, the best constant in
 hindsight: stricter than the training split's, and measured on the same examples in the
 same pass as the model's score (each is a ``beam.CombineFn`` that TFMA runs beside its
 own metrics). The Evaluator gates on the lift with a ``MetricThreshold`` of
-:data:`MIN_LIFT` (pipeline/evaluation.py): equal to the baseline is not better.
+:data:`MIN_LIFT` (tfx_accum.pipeline.evaluation): equal to the baseline is not better.
 
 :class:`SparseCategoricalAccuracy` is the model's accuracy computed the same way (the arg
 max of the scores against the class index, weighted), in Python like TFMA's own native

@@ -8,22 +8,22 @@ own, extended the way TFX components are: a component spec with one more input c
 (``statistics``, an ``ExampleStatistics`` artifact) and optional integer execution
 properties (:data:`TUNER_PARAMETERS`, :data:`TRAINER_PARAMETERS`), and an executor that
 hands the statistics' location to the module through ``custom_config["statistics"]``
-(components/data/datasets.py) and writes a run's parameter values where TFX and the module read
-them (:func:`tuner_properties`, :func:`trainer_properties`), then runs TFX's executor
+(tfx_accum.components.data.datasets) and writes a run's parameter values where TFX and the module
+read them (:func:`tuner_properties`, :func:`trainer_properties`), then runs TFX's executor
 unchanged. ``tuner_fn``, ``run_fn`` and every other argument are TFX's.
 
 Why execution properties: TFX 1.16's Kubeflow compiler makes a ``RuntimeParameter`` a
 pipeline parameter only when it is a component's *whole* execution property; one inside
-``custom_config`` or a ``TrainArgs`` proto is never substituted (pipeline/run_parameters.py).
+``custom_config`` or a ``TrainArgs`` proto is never substituted (tfx_accum.pipeline.run_parameters).
 
 **Several machines.** The Trainer's executor runs in every worker of a multi-worker
-training job (``TF_CONFIG``; components/accumulation/multi_worker.py); TFX's check that ``run_fn``
-wrote the model applies to the chief, which alone writes it. The Vertex AI Training
-form of this Trainer is in components/training/vertex_trainer.py (kept apart: its TFX extension
-imports Google Cloud's AI Platform client, seconds of start-up that a local run or an
+training job (``TF_CONFIG``; tfx_accum.components.accumulation.multi_worker); TFX's check that
+``run_fn`` wrote the model applies to the chief, which alone writes it. The Vertex AI Training
+form of this Trainer is in tfx_accum.components.training.vertex_trainer (kept apart: its TFX
+extension imports Google Cloud's AI Platform client, seconds of start-up that a local run or an
 ordinary Trainer pod must not pay).
 
-Example (what pipeline/pipeline.py does):
+Example (what tfx_accum.pipeline.pipeline does):
 
 ```python
 tuner = Tuner(examples=..., schema=..., statistics=statistics_gen.outputs["statistics"],
@@ -120,7 +120,8 @@ class TrainerExecutor(trainer_executor.GenericExecutor):
 
 _STATISTICS_INPUT = {
     STATISTICS: ChannelParameter(type=standard_artifacts.ExampleStatistics),
-    # ExampleValidator's output, for the gate of --fail-on-anomalies (components/data/anomalies.py)
+    # ExampleValidator's output, for the gate of --fail-on-anomalies
+    # (tfx_accum.components.data.anomalies)
     ANOMALIES: ChannelParameter(type=standard_artifacts.ExampleAnomalies, optional=True),
 }
 _ANOMALIES_GATE = {FAIL_ON_ANOMALIES: ExecutionParameter(type=int, optional=True)}

@@ -7,7 +7,7 @@ same digits as PNG images (``IMAGE_SIDE`` pixels square, grey) in a TFRecord fil
 ``tf.Example``s with an ``image`` (PNG bytes) and a ``label`` (int) feature: the image path.
 
 The checks that read the user's data as ExampleGen will, before any component runs, are in
-:mod:`~tfx_accum.pipeline.checks.csv_check` and :mod:`~tfx_accum.pipeline.checks.tfrecord_check`;
+``tfx_accum.pipeline.checks.csv_check`` and ``tfx_accum.pipeline.checks.tfrecord_check``;
 :func:`validate_data_root` picks one by the files it finds.
 """
 
@@ -123,7 +123,7 @@ class DataSummary:
 
     The checks (csv_check, tfrecord_check) fill in what they read; :func:`decide_label`
     adds the task and the classes (``task``, ``num_classes``, ``labels``,
-    ``label_vocabulary``) by the rule of components/data/tasks.py.
+    ``label_vocabulary``) by the rule of tfx_accum.components.data.tasks.
     """
 
     format: str  # CSV or TFRECORD
@@ -143,7 +143,7 @@ class DataSummary:
     label_values: tuple[tuple[str, int, str], ...] = ()
     # Features whose value equals the label's in every row: the answer, not a feature.
     label_copies: tuple[str, ...] = ()
-    # CSV columns of numbers with a few other values (pipeline/checks/stray_tokens.py).
+    # CSV columns of numbers with a few other values (tfx_accum.pipeline.checks.stray_tokens).
     stray_tokens: tuple[StrayToken, ...] = ()
     task: str = ""
     task_reason: str = ""
@@ -282,8 +282,8 @@ def _check_columns_read(summary: DataSummary, settings, chosen: list[str]) -> No
 
 
 def decide_label(summary: DataSummary, settings) -> DataSummary:
-    """``summary`` with the task and classes decided (components/data/tasks.py's rule), and the
-    columns checked against ``settings`` (``ModelSettings``); a ``DataError`` otherwise.
+    """``summary`` with the task and classes decided (tfx_accum.components.data.tasks's rule),
+    and the columns checked against ``settings`` (``ModelSettings``); a ``DataError`` otherwise.
 
     Refused here, before anything runs: one class, too few examples (``MIN_EXAMPLES`` in
     all, ``MIN_PER_CLASS`` of each class) to train, validate and evaluate; integer labels

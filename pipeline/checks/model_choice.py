@@ -1,6 +1,6 @@
 """Which model the run trains: ``--model``, or the default that suits the data, checked
-against the data before anything runs (the rules: components/training/model_rules.py; a model
-function is built once here to check it, components/training/custom_model.py)."""
+against the data before anything runs (the rules: tfx_accum.components.training.model_rules; a model
+function is built once here to check it, tfx_accum.components.training.custom_model)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,8 @@ def check_model_name(model: str | None) -> None:
 
 
 def model_for(args: argparse.Namespace, summary, requested) -> str:
-    """--model, or the default that fits the data (``summary``: pipeline.checks.data.DataSummary,
+    """--model, or the default that fits the data (``summary``:
+    tfx_accum.pipeline.checks.data.DataSummary,
     ``requested``: the run's ``ModelSettings``, for the columns the model gets).
 
     Images get ``cnn``, as do the embedded digits (a square pixel grid); tabular data gets

@@ -2,8 +2,8 @@
 
 The TFX way to curate features is a schema: ImportSchemaGen imports it instead of
 SchemaGen's inferred one, StatisticsGen computes the statistics under it, and the Tuner and
-Trainer describe the data from it (components/data/features.py). A column the schema leaves out
-is not a feature; an INT feature with ``int_domain { is_categorical: true }`` is a category.
+Trainer describe the data from it (tfx_accum.components.data.features). A column the schema leaves
+out is not a feature; an INT feature with ``int_domain { is_categorical: true }`` is a category.
 
 Checked here, as ExampleGen and the components will read it: the file parses as a
 ``tensorflow_metadata`` Schema in text format, names the label, and every feature it names

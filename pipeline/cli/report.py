@@ -157,7 +157,7 @@ def _pushed_before(
 ) -> str | None:
     """Why this run's Pusher pushed a model that an earlier push had published under
     another version (an earlier push is taken out of the cache when it is no longer what a
-    server loads: pipeline/checks/cache_check.py); None when it did not run, or the model
+    server loads: tfx_accum.pipeline.checks.cache_check); None when it did not run, or the model
     is new."""
     ran = {e.id for e in executions if e.last_known_state == metadata_store_pb2.Execution.COMPLETE}
     events = store.get_events_by_artifact_ids([pushed_id])
@@ -225,7 +225,7 @@ def write_trials(
 ) -> tuple[Path, Path] | None:
     """Writes ``trials.csv`` (best first) and ``trials.png``.
 
-    ``objective``: the score's name and direction (components/data/tasks.py: OBJECTIVES).
+    ``objective``: the score's name and direction (tfx_accum.components.data.tasks: OBJECTIVES).
 
     The plot shows each trial's score (left) and training throughput (right) against its
     effective batch, coloured by learning rate; a reused trial (an exact duplicate, not

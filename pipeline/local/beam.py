@@ -10,8 +10,8 @@ measured (the workers share the cores with the launching process and pay their o
 and the pickling between them). With more CPUs, one worker per ``BYTES_PER_WORKER`` or
 ``ROWS_PER_WORKER``, up to the CPUs: not measured here (a 2-core machine). The workers read
 the split's files in parallel, so ExampleGen writes a large input in several files
-(``components/data/csv_examples.py``), and each worker batches TFXIO's reads by bytes
-(``--beam_plugins``: ``pipeline/local/tfxio_batching.py``). ``--beam-pipeline-args``
+(``tfx_accum.components.data.csv_examples``), and each worker batches TFXIO's reads by bytes
+(``--beam_plugins``: ``tfx_accum.pipeline.local.tfxio_batching``). ``--beam-pipeline-args``
 replaces the choice entirely (for example ``--runner=DataflowRunner ...``).
 
 Every Beam component's executor also packages TFX itself as an sdist for remote workers
@@ -80,7 +80,8 @@ def local_beam_args(input_bytes: int, cpus: int, rows: int = 0) -> tuple[list[st
 
 def direct_args(workers: int) -> list[str]:
     """The DirectRunner with ``workers`` workers: one in-process, else worker processes,
-    each batching TFXIO's reads by bytes (``BEAM_PLUGIN_ARG``: tfxio_batching.py)."""
+    each batching TFXIO's reads by bytes (``BEAM_PLUGIN_ARG``:
+    tfx_accum.pipeline.local.tfxio_batching)."""
     if workers == 1:
         return ["--direct_running_mode=in_memory", "--direct_num_workers=1"]
     return [

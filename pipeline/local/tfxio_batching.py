@@ -12,7 +12,7 @@ metrics are sums over the same examples.
 
 TFX's components take no batch size (StatisticsGen calls ``tfxio.BeamSource()`` without
 one), so the flag is the way in, as tfx_bsl documents it. :func:`enable` sets it in this
-process (the in-process DirectRunner); ``BEAM_PLUGIN_ARG`` of ``pipeline/local/beam.py``
+process (the in-process DirectRunner); ``BEAM_PLUGIN_ARG`` of ``tfx_accum.pipeline.local.beam``
 (Beam's ``--beam_plugins``, in the local runner's ``multi_processing`` arguments) makes
 each worker process import this module, which enables it there. Tested with tfx-bsl 1.16.
 """

@@ -145,7 +145,8 @@ def test_tuner_and_trainer_are_retried_after_preemption(compiled, pool):
 def test_beam_workers_follow_the_pod_not_the_node(compiled):
     text = compiled["gpu"].read_text()
     # direct_num_workers=0 would start one worker per CPU of the node; the data components'
-    # pods have 2 CPUs, where Beam runs in-process (pipeline/local/beam.py, bench.beam_sizing).
+    # pods have 2 CPUs, where Beam runs in-process (tfx_accum.pipeline.local.beam,
+    # bench.beam_sizing).
     assert "direct_num_workers=1" in text and "direct_num_workers=0" not in text
     assert "direct_running_mode=in_memory" in text and BEAM_PLUGIN_ARG not in text
 

@@ -1,4 +1,5 @@
-"""The CSV check (checks/csv_check.py) and the embedded digits (checks/data.py)."""
+"""The CSV check (tfx_accum.pipeline.checks.csv_check) and the embedded digits
+(tfx_accum.pipeline.checks.data)."""
 
 from __future__ import annotations
 

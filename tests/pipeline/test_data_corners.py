@@ -3,7 +3,7 @@ refused before any component runs with one line naming the file and the line or 
 code 2), or read as the user asks.
 
 - a column of numbers with a stray token (``N/A``, ``-``): refused, or read as missing with
-  ``--missing-values``, or as text with ``--categorical`` (pipeline/checks/stray_tokens.py's
+  ``--missing-values``, or as text with ``--categorical`` (tfx_accum.pipeline.checks.stray_tokens's
   rule: a text column stays text);
 - a header line repeated inside a CSV (``cat part-*.csv``);
 - ``--data-root`` with glob characters (``data[1]`` beside ``data1``);

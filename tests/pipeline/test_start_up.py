@@ -18,7 +18,8 @@ from tfx_accum.pipeline.local.dask_cluster import dask_beam_args
 def test_a_local_run_never_imports_the_google_cloud_clients():
     """``from tfx import v1`` imports TFX's Google Cloud extensions, and with them
     ``google.cloud.aiplatform`` (about 3 s). A local run builds, and the Tuner and Trainer
-    modules run, without them; only the Vertex AI Trainer (vertex_trainer.py) needs it."""
+    modules run, without them; only the Vertex AI Trainer
+    (tfx_accum.components.training.vertex_trainer) needs it."""
     code = (
         "import sys\n"
         "from tfx_accum.pipeline.pipeline import create_pipeline\n"

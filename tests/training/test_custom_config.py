@@ -1,5 +1,5 @@
 """``custom_config``, the typed contract between a TFX pipeline and the modules
-(components/custom_config.py): checked where the pipeline is written (``module_config``) and
+(tfx_accum.components.custom_config): checked where the pipeline is written (``module_config``) and
 read by ``tuner_fn`` and ``run_fn`` through the same checks, each mistake one line in
 ``custom_config``'s words, with the closest key."""
 

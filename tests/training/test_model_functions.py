@@ -1,8 +1,9 @@
 """A TFX module's own model function, unchanged, as the Tuner and Trainer build it
-(components/training/model_function.py, custom_model.py): the three kinds told apart by
-their signature; the model kept (inputs, outputs, loss, metrics, optimizer class) and
-wrapped for accumulation; fed the features as Transform wrote them; served as TFX serves it.
-Every refusal is one line in ``custom_config``'s words. The models are tests/tfx_model_functions.py.
+(tfx_accum.components.training.model_function, tfx_accum.components.training.custom_model): the
+three kinds told apart by their signature; the model kept (inputs, outputs, loss, metrics, optimizer
+class) and wrapped for accumulation; fed the features as Transform wrote them; served as TFX serves
+it. Every refusal is one line in ``custom_config``'s words. The models are
+tests/tfx_model_functions.py.
 """
 
 from __future__ import annotations

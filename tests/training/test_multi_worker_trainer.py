@@ -1,8 +1,8 @@
 """The Trainer on two machines, as Vertex AI Training runs it, on the loopback address (#23).
 
 The pipeline's Trainer on Vertex AI is TFX's Vertex AI Training extension with this
-project's executor (components/training/tfx_components.py). Its executor is run here on a finished
-local run's examples, statistics and schema, up to the point where TFX would submit the
+project's executor (tfx_accum.components.training.tfx_components). Its executor is run here on a
+finished local run's examples, statistics and schema, up to the point where TFX would submit the
 ``CustomJob``: the job is captured instead. Every worker pool's command (TFX's
 ``run_executor`` with this project's Trainer executor) is then run as Vertex AI would, in
 two processes with a ``chief`` and a ``worker`` ``TF_CONFIG``: killed, both, once the

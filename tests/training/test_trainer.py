@@ -1,4 +1,4 @@
-"""The Trainer module's pieces (components/training/trainer.py)."""
+"""The Trainer module's pieces (tfx_accum.components.training.trainer)."""
 
 from __future__ import annotations
 
