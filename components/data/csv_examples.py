@@ -43,7 +43,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import tensorflow as tf
-from pyarrow import csv as pa_csv
 from tfx.components.example_gen import utils, write_split
 from tfx.components.example_gen.csv_example_gen import executor as csv_executor
 from tfx.dsl.io import fileio
@@ -52,11 +51,11 @@ from tfx.types import artifact_utils, standard_component_specs
 from tfx.utils import io_utils, proto_utils
 from tfx_bsl.coders import csv_decoder, example_coder
 
+from tfx_accum.components.data.csv_reader import read_rows
 from tfx_accum.components.data.missing_values import configured_missing_values
 
 ColumnType = csv_decoder.ColumnType
 CHUNK_ROWS = 32_768  # rows encoded at a time: bounds the memory
-BLOCK_BYTES = 8 * 2**20  # pyarrow's read block
 # gzip's fastest level: a quarter of level 6's CPU (Beam's, TFX's files) on float data, for
 # files about 15% larger; the records, and so what every reader gets, are the same.
 # Beam reads a gzipped file in one piece, by one worker: a split in one file is read by one
@@ -84,20 +83,7 @@ def read_chunks(
     """The rows after the header, every column as text, an empty cell (or one of
     ``missing_values``) as null, in chunks."""
     source = path if "://" not in path else pa.PythonFile(fileio.open(path, "rb"), mode="r")
-    reader = pa_csv.open_csv(
-        source,
-        read_options=pa_csv.ReadOptions(
-            column_names=names, skip_rows=1, block_size=BLOCK_BYTES, use_threads=True
-        ),
-        parse_options=pa_csv.ParseOptions(newlines_in_values=True, ignore_empty_lines=True),
-        convert_options=pa_csv.ConvertOptions(
-            column_types={name: pa.string() for name in names},
-            null_values=["", *missing_values],
-            strings_can_be_null=True,
-            quoted_strings_can_be_null=True,
-        ),
-    )
-    for batch in reader:
+    for batch in read_rows(source, names, missing_values):
         for start in range(0, batch.num_rows, CHUNK_ROWS):
             yield batch.slice(start, CHUNK_ROWS)
 

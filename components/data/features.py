@@ -74,7 +74,6 @@ from tfx_accum.components.data.feature_kinds import (
     TENSOR,
     is_image,
 )
-from tfx_accum.components.data.raw_features import raw_spec
 from tfx_accum.components.data.statistics import SplitStatistics
 from tfx_accum.components.data.tasks import REGRESSION, LabelFacts, infer_task, is_classification
 from tfx_accum.components.setting_words import CUSTOM_CONFIG, SettingWords, by_closeness
@@ -470,21 +469,6 @@ def say_near_constant(
             f"so their normalisation uses a variance floor; {words.name('exclude_features')} "
             "to drop them"
         )
-
-
-def first_bytes_values(records: tf.data.Dataset, schema: schema_pb2.Schema, rows: int = 256):
-    """The BYTES features' values in the first ``rows`` serialized examples (a sample, to
-    tell images from text: the statistics do not say)."""
-    names = [f.name for f in schema.feature if f.type == schema_pb2.BYTES]
-    if not names:
-        return {}
-    spec = raw_spec({n: "string" for n in names})
-    sample: dict[str, list[bytes]] = {n: [] for n in names}
-    for batch in records.take(rows).batch(rows):
-        parsed = tf.io.parse_example(batch, spec)
-        for name in names:
-            sample[name] = [v for v in parsed[name].flat_values.numpy().tolist() if v]
-    return sample
 
 
 @keras.saving.register_keras_serializable("tfx_accum")

@@ -36,8 +36,6 @@ from tfx_accum import console
 from tfx_accum.atomic_files import gfile_write_atomic, set_aside
 from tfx_accum.components.search import keras_tuner_adapter as kt_adapter
 
-ORACLE_FILE = "oracle.json"
-
 
 def make_writes_atomic() -> None:
     """Every Keras Tuner state file (oracle, tuner, trials) is written atomically from now:

@@ -19,16 +19,15 @@ import io
 from collections.abc import Sequence
 from pathlib import Path
 
+from tfx_accum.atomic_files import atomic_write, atomic_write_text
 from tfx_accum.components.data.feature_kinds import CATEGORICAL, IMAGE, NUMERIC, STRING
 from tfx_accum.pipeline.checks.stray_tokens import StrayToken, refusal
 from tfx_accum.pipeline.config import CLI_WORDS
 from tfx_accum.pipeline.errors import InputError
-from tfx_accum.pipeline.files import atomic_write, atomic_write_text
 
 DIGITS_FILE = "digits.csv"
 DIGITS_FEATURES = 64  # 8x8 pixels
 DIGITS_COLUMNS = tuple(f"pixel_{i:02d}" for i in range(DIGITS_FEATURES))
-DIGITS_CLASSES = 10
 # Examples per class of scikit-learn's digits (tests/pipeline/test_csv_check.py checks it).
 DIGITS_CLASS_COUNTS = (178, 182, 177, 183, 181, 182, 181, 179, 174, 180)
 # SHA-256 of digits_csv_text(): a re-run finds the file in place without loading

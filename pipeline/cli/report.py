@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from ml_metadata import metadata_store
 from ml_metadata.proto import metadata_store_pb2
 
+from tfx_accum.atomic_files import atomic_write
 from tfx_accum.components.data.anomalies import read_anomalies
 from tfx_accum.components.settings import (
     HP_ACCUMULATION_STEPS,
@@ -25,7 +26,6 @@ from tfx_accum.components.settings import (
     TunerDecision,
 )
 from tfx_accum.components.training.serving_versions import serves
-from tfx_accum.pipeline.files import atomic_write
 
 INPUT, OUTPUT = metadata_store_pb2.Event.INPUT, metadata_store_pb2.Event.OUTPUT
 

@@ -35,10 +35,10 @@ from typing import Any
 import yaml
 
 from tfx_accum import console
+from tfx_accum.atomic_files import atomic_write_text
 from tfx_accum.components.search.search_space import SearchSpace
 from tfx_accum.pipeline import config
 from tfx_accum.pipeline.errors import InputError
-from tfx_accum.pipeline.files import atomic_write_text
 from tfx_accum.pipeline.kubeflow import spec as spec_edits
 from tfx_accum.pipeline.kubeflow.profiles import ProfileError, get_profile
 from tfx_accum.pipeline.local.beam import pod_beam_args
