@@ -296,7 +296,7 @@ class Replay:
         env.update(stage.args)
         env.update(stage.env)
         # A docker build starts every stage with an empty pip cache: so does the replay, so
-        # that a sdist that only builds from a warm cache (#36) fails here as it would there.
+        # that a sdist that only builds from a warm cache fails here as it would there.
         # (The final stage's installs are binary-only; uv's cache only saves downloads.)
         env["PIP_CACHE_DIR"] = str(stage.home / "pip-cache")
         env["PATH"] = f"{shims}{os.pathsep}{env.get('PATH', '')}"

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from typing import Any
 
 # TFX's classes from the modules that define them: `from tfx import v1` also imports its
-# Google Cloud extensions (google.cloud.aiplatform, ~3 s of every run's start-up).
+# Google Cloud extensions (google.cloud.aiplatform, slow to import in every run).
 from tfx.components import ExampleValidator, SchemaGen, StatisticsGen
 from tfx.orchestration import metadata
 from tfx.orchestration.pipeline import Pipeline

@@ -1,4 +1,4 @@
-"""Runs a TFX executor in a fresh process as on a node with several GPUs (#34).
+"""Runs a TFX executor in a fresh process as on a node with several GPUs.
 
 ``python mirrored_executor.py N trainer RUN_EXECUTOR_ARGS...`` runs TFX's
 ``tfx.scripts.run_executor`` (the command a Vertex AI or Kubeflow Trainer runs) in this

@@ -1,4 +1,4 @@
-"""The README and docs/ (#33): a front door under 300 lines, links that resolve, and no
+"""The README and docs/: a front door under 300 lines, links that resolve, and no
 figure that is not a committed bench output (every generated block fresh, every measured
 figure in the prose found in ``bench/results/``)."""
 
@@ -11,7 +11,7 @@ import pytest
 
 from bench.figures import BLOCK, RESULTS, ROOT, documents, render
 
-# A figure with a unit of time, memory or ratio ("250 s", "1.3 GiB", "15.6x"; not "4 x 32").
+# A figure with a unit of time, memory or ratio (seconds, GiB, "15.6x"; not "4 x 32").
 FIGURE = re.compile(
     r"(?<![\w.])(\d[\d,]*(?:\.\d+)?)\s?(s|ms|min|minutes|GiB|MiB|MB|x)(?!\w)(?!\s?\d)"
 )

@@ -53,7 +53,7 @@ from keras.src.models import functional as _functional
 from keras.src.models import model as _model
 
 # TensorFlow's strategy classes are needed on its backend only; on JAX the model runs
-# without TensorFlow installed (#35).
+# without TensorFlow installed.
 if _backend.backend() == "tensorflow":
     import tensorflow as tf
 else:
@@ -562,7 +562,7 @@ def self_check() -> None:
     version and the tested range.
 
     The probe runs in a thread of its own (``run_isolated``), whatever the caller's
-    context: its answer is the same whatever ran before it (#34).
+    context: its answer is the same whatever ran before it.
     """
     global _SELF_CHECKED
     if _SELF_CHECKED:

@@ -55,7 +55,7 @@ from tfx_accum.components.accumulation import keras_adapter as adapter
 from tfx_accum.components.settings import validate_positive_int
 
 # The step below is TensorFlow's; on the JAX backend the model trains through
-# tfx_accum.components.accumulation.jax_step, and TensorFlow need not be installed at all (#35).
+# tfx_accum.components.accumulation.jax_step, and TensorFlow need not be installed at all.
 _BACKEND = keras.backend.backend()
 if _BACKEND == "tensorflow":
     import tensorflow as tf

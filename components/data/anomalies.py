@@ -3,7 +3,7 @@
 ExampleValidator compares the data's statistics with the schema and records what it finds
 (``Split-<name>/SchemaDiff.pb``, TFDV's ``Anomalies`` per split), but TFX stops nothing on
 them: the run used to train, bless and push on data outside the schema's ranges without a
-word (#32). :func:`read_anomalies` gives them one line each (the run's summary prints them);
+word. :func:`read_anomalies` gives them one line each (the run's summary prints them);
 with ``fail_on_anomalies`` the Tuner and Trainer components
 (tfx_accum.components.training.tfx_components) take ExampleValidator's output as an input and refuse
 to start on data with anomalies, so nothing is trained: :class:`AnomaliesFound`, which the command

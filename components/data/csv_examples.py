@@ -2,9 +2,9 @@
 
 TFX's CSV executor parses every line into Python lists of cells, makes a ``tf.train.Example``
 per row in Python, infers the column types in a combine that Beam feeds from the same
-materialised lines, hashes each example to its split and reshuffles them all before writing
-(#31: 1M rows x 65 columns took 284 s at 6.5 GiB; 2M x 4, 234 s). Here the CSV is read twice
-in chunks of ``CHUNK_ROWS`` rows by pyarrow's streaming reader: once to infer the column
+materialised lines, hashes each example to its split and reshuffles them all before writing,
+so its time and memory grow with the rows (bench/example_gen.py measures the two). Here the CSV is
+read twice in chunks of ``CHUNK_ROWS`` rows by pyarrow's streaming reader: once to infer the column
 types by TFX's rules (``tfx_bsl.coders.csv_decoder``: int64, else float, else bytes; a column
 with no value is typeless), once to encode the rows and append them to the splits' gzipped
 TFRecord files, written by a second thread. Memory is two chunks, whatever the rows.
@@ -16,7 +16,8 @@ deterministic serialisation (``base_example_gen_executor._PartitionFn``), so the
 encoded as exactly those bytes: each column's map entries, joined in key order. Numeric and
 typeless columns are encoded with numpy (a fixed layout per value); text columns, and
 columns with names of 100 bytes or more, by tfx_bsl's C++ ``tf.Example`` coder one column at
-a time (1.2 us a cell, and it orders a map's entries arbitrarily, so not for whole rows).
+a time (slower than numpy per cell, and it orders a map's entries arbitrarily, so not for
+whole rows).
 The order of the records in a file differs (TFX's is a random shuffle), as the file names
 may (a large input is spread over up to :data:`MAX_SHARDS` files per split) and the gzip
 level. Configurations this does not cover

@@ -7,8 +7,8 @@ an input (tfx_accum.components.training.tfx_components puts its location in ``cu
 :func:`read_splits` reads the examples through ``fn_args.data_accessor`` (TFX's TFXIO
 reader, parsing by the schema) and preprocesses them with the Keras layers that are
 exported with the model. TFX batches datasets at one fixed size; tuning batch sizes needs
-per-trial batching (tfx #3591), so the splits are unbatched and each trial or training run
-batches them at its own effective batch.
+per-trial batching (https://github.com/tensorflow/tfx/issues/3591), so the splits are unbatched and
+each trial or training run batches them at its own effective batch.
 
 The Tuner and Trainer never read ExampleGen's eval split: the Evaluator blesses on it. Both
 hold out every ``VALIDATION_EVERY``-th example of the training split as their own
@@ -334,8 +334,8 @@ class HeldInMemory:
     """The first ``count`` examples of a split, read once and held as tensors.
 
     A search reads the same prefix of the training stream and the same held-out examples
-    in every trial and every epoch; parsing them from ExampleGen's files each time cost a
-    trial ten times its training (#31: 2M rows, a trial 42 s of which the model 2 s).
+    in every trial and every epoch; parsing them from ExampleGen's files each time costs a
+    trial many times its training on a large table.
     Holding them changes nothing that is read: the same examples in the same order.
     """
 
@@ -357,8 +357,8 @@ def held_parts(splits: Splits, train: int, validation: int) -> tuple[HeldInMemor
     """``HeldInMemory.first(splits.train, train)`` and ``.first(splits.validation,
     validation)``, from one pass over the split's first examples, held out with numpy.
 
-    The two reads each went through the split's first examples one example at a time
-    (``unbatch``, ``filter``): 7.8 s for 206k training and 50k held-out examples.
+    One pass in batches, not two reads that each go through the split's first examples one
+    example at a time (``unbatch``, ``filter``), whose cost grows with the examples held.
     """
     every = VALIDATION_EVERY
 

@@ -26,8 +26,8 @@ Inside the model every input is named by a valid Keras name (tfx_accum.component
 raw ``tf.Example`` keys stay the data's own. For the built-in models (``numeric_vector``,
 set by :func:`describe`) the numeric columns enter as one ``(batch, n)`` input,
 ``NUMERIC_VECTOR``, in the description's order: a table of 5,000 columns is one tensor to
-slice into micro-batches and trace, not 5,000 (measured once on 1,000 rows x 5,000 columns,
-2 busy cores: the first epoch took 445 s with one input per column, 11 s as one vector).
+slice into micro-batches and trace, not 5,000: tracing one input per column makes the first
+epoch of a wide table many times slower.
 A model function keeps one input per
 feature (tfx_accum.components.training.custom_model: its documented contract).
 

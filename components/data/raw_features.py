@@ -9,10 +9,9 @@ categories: -1; strings: ""); image bytes stay ``(batch,)``.
 The numeric columns that arrive ragged (every one, in serving) are taken in one block:
 their values concatenated, their row splits stacked, each example's first value gathered
 at once, so the graph holds a fixed number of ops whatever the width. Per column, a ragged
-``to_tensor`` is a dozen ops: on 5,000 columns the serving function had 15,000 ops, took
-7.5 s to trace and 18 s on its first call (TensorFlow's graph optimisation), in every
-process that loads it; the block is a few ops. Both give the same values (tests/data/
-test_raw_features.py).
+``to_tensor`` is a dozen ops: on 5,000 columns the serving function would have 15,000 ops
+to trace and optimise on its first call, in every process that loads it; the block is a few ops.
+Both give the same values (tests/data/test_raw_features.py).
 
 Example::
 

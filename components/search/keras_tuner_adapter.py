@@ -17,9 +17,8 @@ Everything else extends Keras Tuner through its public seams
 Keras Tuner's ``Tuner._try_build`` calls ``keras.backend.clear_session()`` and
 ``gc.collect()`` before every trial, to free the previous trial's model. The
 ``AccumulationHyperModel`` keeps one model per accumulation step count and reuses it, so
-there is nothing to free, and the two calls cost about 1.1 s of a 3-4 s trial on the
-digits (measured: 8 trials in 31.7 s with them, 23.2 s without). The override below is
-``_try_build`` of keras-tuner 1.4.8 without them (its ``max_model_size`` check is not used
+there is nothing to free, and the two calls are a large part of a short trial's time. The override
+below is ``_try_build`` of keras-tuner 1.4.8 without them (its ``max_model_size`` check is not used
 here). Tested on the pinned keras-tuner (``constraints.txt``) by
 ``tests/search/test_search_state.py`` and ``tests/search/test_parallel_search.py``.
 """

@@ -20,16 +20,16 @@ own metrics). The Evaluator gates on the lift with a ``MetricThreshold`` of
 :class:`SparseCategoricalAccuracy` is the model's accuracy computed the same way (the arg
 max of the scores against the class index, weighted), in Python like TFMA's own native
 metrics: TFMA's wrapper of the Keras metric of that name traces TensorFlow functions in
-every Evaluator, about 2 s of a 6.6 s Evaluator on the digits' 626 eval examples.
+every Evaluator, a large part of a small Evaluator's time.
 
 TFMA hands each combiner one example at a time (after unbatching the model's batched
-output), so the per-example work is what an Evaluator's time grows with (#31). The plain
+output), so the per-example work is what an Evaluator's time grows with. The plain
 examples of this project's EvalConfig (one model, unweighted, numeric label and the
 serving dict's ``scores`` or ``predictions``) are therefore only buffered and counted with
-numpy every :data:`BUFFER_ROWS` examples: on 100,000 eval rows the Evaluator's CPU time
-went from 41.5 s to 25.9 s (TFMA's ``to_label_prediction_example_weight`` on every
-example, twice for classification, was a third of it). Any other input takes that
-per-example path as before; both give the same counts (tests/training/test_evaluator_scale.py).
+numpy every :data:`BUFFER_ROWS` examples, sparing TFMA's ``to_label_prediction_example_weight``
+on every example, twice for classification (the Evaluator's CPU time:
+bench/evaluator.py). Any other input takes that per-example path; both give the same counts
+(tests/training/test_evaluator_scale.py).
 
 They are ordinary ``tfma.metrics.Metric`` subclasses, named in an ``EvalConfig`` by class
 and module (:func:`metric_config`), so TFMA imports them from the installed package

@@ -58,7 +58,8 @@ from tfx_accum.components.training.models import build_model, describe_precision
 from tfx_accum.components.training.non_finite import StopOnNonFiniteLoss
 from tfx_accum.components.training.training_backup import TrainingBackup
 
-if TYPE_CHECKING:  # importing tfx.v1 loads its Google Cloud extensions: 5 s in every Trainer
+# importing tfx.v1 loads its Google Cloud extensions, a slow start-up in every Trainer
+if TYPE_CHECKING:
     from tfx.components.trainer.fn_args_utils import FnArgs
 
 
@@ -265,7 +266,7 @@ def validated_examples(decision, budget, validation_size: int) -> int:
 
     A search on a large split scores its trials on the first of them (``SearchSpace``'s
     ``max_trial_examples``): validating on every one would read the whole training split
-    again, most of the Trainer's time at 2M rows (#31).
+    again, most of the Trainer's time at 2M rows.
     """
     if decision is not None and decision.scored_examples and not budget.early_stopping:
         return min(decision.scored_examples, validation_size)

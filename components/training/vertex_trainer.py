@@ -9,7 +9,7 @@ run-time parameters reach every worker; :func:`train_on_vertex` makes a Trainer 
 ``create_pipeline`` one.
 
 A module of its own because the extension imports Google Cloud's AI Platform client
-(``google.cloud.aiplatform``: about 3 s of start-up on a 2-core machine), which only a
+(``google.cloud.aiplatform``, slow to import), which only a
 ``--target vertex --trainer-workers N`` compile and that job's Trainer step need.
 
 Example (what tfx_accum.pipeline.kubeflow.compiler does for ``--trainer-workers 4``):

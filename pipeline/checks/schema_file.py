@@ -72,7 +72,7 @@ def apply_schema(summary: DataSummary, schema, label_key: str) -> tuple[DataSumm
             f"The schema names {', '.join(map(repr, missing[:5]))}, which the data does not "
             "have; remove them from the schema or add the columns."
         )
-    # The label's type, checked with the data before anything runs (#32: a BYTES label over
+    # The label's type, checked with the data before anything runs (a BYTES label over
     # integers failed in the Trainer, "Data types don't match").
     label_types = {schema_pb2.INT: ("int",), schema_pb2.FLOAT: ("int", "float")}
     label_types[schema_pb2.BYTES] = ("string",)

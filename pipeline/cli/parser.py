@@ -451,8 +451,8 @@ def entry(argv: Sequence[str] | None = None) -> None:
     """The ``tfx-accum`` command: :func:`main`, then a prompt exit.
 
     After a tuned run, the interpreter's own teardown (destroying TensorFlow's traced
-    graphs of every trial model, Keras Tuner's objects, TF's thread pools) took 15-20 s
-    after the summary was printed. By then every output is written and closed (ML Metadata
+    graphs of every trial model, Keras Tuner's objects, TF's thread pools) is long, and
+    comes after the summary is printed. By then every output is written and closed (ML Metadata
     commits each write, the log's descriptors are restored), so the process flushes its
     streams and ends at once. Its temporary files, whose ``atexit`` clean-up that exit skips,
     go to one directory removed before it (``tfx_accum.pipeline.cli.temp_dir``).

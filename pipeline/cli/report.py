@@ -263,9 +263,9 @@ def write_trials(
         sorted(rows, key=lambda r: sign * r["score"] if r.get("score") is not None else 1e300)
     )
     data = table.getvalue().encode()
-    # A cached re-run has the same trials: the files stay as they are (plotting costs
-    # ~0.5 s). The PNG is written first and the CSV last, so an identical CSV means the
-    # PNG beside it was drawn from the same trials.
+    # A cached re-run has the same trials: the files stay as they are (no plotting). The PNG is
+    # written first and the CSV last, so an identical CSV means the PNG beside it was drawn from the
+    # same trials.
     if png_path.exists() and csv_path.exists() and csv_path.read_bytes() == data:
         return csv_path, png_path
 

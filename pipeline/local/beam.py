@@ -15,13 +15,13 @@ the split's files in parallel, so ExampleGen writes a large input in several fil
 replaces the choice entirely (for example ``--runner=DataflowRunner ...``).
 
 Every Beam component's executor also packages TFX itself as an sdist for remote workers
-(``tfx/utils/dependency_utils.py``: a ``setup.py sdist`` subprocess, 1-1.5 s per component
-on a 2-core machine) unless one of Beam's dependency options is set. The DirectRunner never
-reads it: its workers are this interpreter, in this process (``in_memory``) or as
-``sys.executable -m apache_beam.runners.worker.sdk_worker_main`` (``multi_processing``).
-Nor does the project's DaskRunner (:data:`DASK_RUNNER`): its workers are processes started
-in an environment like this one, with tfx-accum installed (``--dask-scheduler`` checks
-that), and it installs nothing. :func:`without_tfx_sdist` says so to TFX for either.
+(``tfx/utils/dependency_utils.py``: a ``setup.py sdist`` subprocess per component) unless one of
+Beam's dependency options is set. The DirectRunner never reads it: its workers are this interpreter,
+in this process (``in_memory``) or as ``sys.executable -m
+apache_beam.runners.worker.sdk_worker_main`` (``multi_processing``). Nor does the project's
+DaskRunner (:data:`DASK_RUNNER`): its workers are processes started in an environment like this one,
+with tfx-accum installed (``--dask-scheduler`` checks that), and it installs nothing.
+:func:`without_tfx_sdist` says so to TFX for either.
 
 Example:
 

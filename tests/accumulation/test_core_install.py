@@ -1,4 +1,4 @@
-"""The model alone, as a Keras user installs it (#30): registered for ``load_model`` by
+"""The model alone, as a Keras user installs it: registered for ``load_model`` by
 ``import tfx_accum``, the TFX parts answering one line without the ``tfx`` extra, a core that
 requires no Keras backend, and a missing backend answering one line naming its extra.
 

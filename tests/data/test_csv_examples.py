@@ -1,4 +1,4 @@
-"""The streaming CsvExampleGen executor writes what TFX's writes (#31): per split, the same
+"""The streaming CsvExampleGen executor writes what TFX's writes: per split, the same
 tf.Examples, with empty cells, text, ints and floats, odd numerals and typeless columns."""
 
 from __future__ import annotations

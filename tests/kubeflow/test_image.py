@@ -50,10 +50,10 @@ def test_the_old_image_would_have_failed_the_check():
 
 # --- the image's layout (kubeflow/Dockerfile read and replayed without Docker) ---
 
-# The layout of the image before issue #19 (commit f5406ed): the project installed from
+# The image's earlier layout (commit f5406ed): the project installed from
 # sources copied into the WORKDIR, which `python -m` and `python -c` put first on sys.path.
 # (Its install line gains --no-compile here, to spare the test the bytecode: the failure
-# does not depend on it; its builder gains the pinned build tools of #36.)
+# does not depend on it; its builder gains the pinned build tools.)
 OLD_LAYOUT = """
 FROM python:3.10-slim-bookworm AS builder
 RUN python -m pip install --no-cache-dir "pip==24.3.1" "setuptools==75.3.0" "wheel==0.45.1"
@@ -142,7 +142,7 @@ def test_the_replayed_image_carries_bytecode_and_nothing_in_its_workdir(image):
 
 
 def test_the_old_layout_shadows_the_installed_package(tmp_path):
-    """Replayed, the layout before #19 fails where `docker build` failed: its own check."""
+    """Replayed, the earlier layout fails where `docker build` failed: its own check."""
     from tfx_accum.kubeflow.image_replay import ReplayError, replay
 
     old = tmp_path / "Dockerfile"
@@ -151,7 +151,7 @@ def test_the_old_layout_shadows_the_installed_package(tmp_path):
         replay(old, DOCKERFILE.parents[1], tmp_path / "replay", variant="cpu")
 
 
-# The builder stage before #36: the base image's own pip (23.0.1) and no `wheel`, which built
+# A builder stage with the base image's own pip (23.0.1) and no `wheel`, which built
 # rouge-score's sdist (no pyproject.toml) only when a warm pip cache already held its wheel.
 OLD_BUILDER = """
 FROM python:3.10-slim-bookworm AS builder
@@ -163,7 +163,7 @@ FROM python:3.10-slim-bookworm
 
 def test_the_replay_builds_from_an_empty_pip_cache_as_docker_does(tmp_path):
     """Each replayed stage gets a pip cache of its own, empty, whatever this machine's holds:
-    the builder before #36 fails here as on a fresh docker builder, and a stage's RUN lines
+    that builder stage fails here as on a fresh docker builder, and a stage's RUN lines
     see that cache (the real builder's success from it is the `image` fixture's)."""
     from tfx_accum.kubeflow.image_replay import ReplayError, replay
 

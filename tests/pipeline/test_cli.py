@@ -232,7 +232,7 @@ def test_a_command_runs_where_its_temporary_directory_cannot_be_made(tmp_path, m
         assert path == str(tmp_path / "missing")
 
 
-# --- output directories that would lose or mix up files (#32): exit 2, nothing written ---
+# --- output directories that would lose or mix up files: exit 2, nothing written ---
 
 
 def _data(tmp_path: Path) -> Path:

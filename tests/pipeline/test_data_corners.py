@@ -1,4 +1,4 @@
-"""The data's quiet corners (#46): what ExampleGen would read otherwise than the user meant,
+"""The data's quiet corners: what ExampleGen would read otherwise than the user meant,
 refused before any component runs with one line naming the file and the line or record (exit
 code 2), or read as the user asks.
 

@@ -385,7 +385,7 @@ def test_the_pipelines_evaluator_gets_the_tasks_config():
 @pytest.mark.parametrize("task", [tasks.MULTICLASS, tasks.BINARY, tasks.REGRESSION])
 def test_every_metric_is_computed_without_tensorflow(task):
     """No metric of the Evaluator is a Keras metric, which TFMA computes by tracing
-    TensorFlow functions (about 2 s of every Evaluator): each is TFMA's own or ours."""
+    TensorFlow functions in every Evaluator: each is TFMA's own or ours."""
     from tensorflow_model_analysis.metrics import metric_types
 
     native = metric_types.registered_metrics()

@@ -1,4 +1,4 @@
-"""Faults with real processes (issue #20): a full disk during the push, a corrupted cache,
+"""Faults with real processes: a full disk during the push, a corrupted cache,
 stop signals to the run's process alone (Beam's workers, a run started in the background),
 a search state cut short, and an output directory that others can write to.
 

@@ -113,7 +113,7 @@ def test_sigterm_to_the_run_in_the_trainer_stops_it_as_ctrl_c_does(uninterrupted
 
 
 def test_sighup_to_the_run_stops_it_as_sigterm_does(tmp_path):
-    """#32: SIGHUP (the terminal closed, no nohup) killed the run at once: exit 129, no line,
+    """SIGHUP (the terminal closed, no nohup) killed the run at once: exit 129, no line,
     its temporary files and a RUNNING execution left. Now it is a stop request like SIGTERM
     (the resumption after it is SIGTERM's test's)."""
     _stopped_in_the_trainer(tmp_path, signal.SIGHUP, "25")

@@ -3,7 +3,7 @@
 The combiners of tfx_accum.components.training.baseline_metrics buffer the plain examples the
 Evaluator hands them (one model, unweighted, the serving dict's ``scores`` or ``predictions``) and
 count them with numpy in batches, instead of running TFMA's
-``to_label_prediction_example_weight`` on each (#31: most of the Evaluator's own time).
+``to_label_prediction_example_weight`` on each (most of the Evaluator's own time).
 Here TFMA evaluates the same exported model on the same examples twice, with the numpy
 path and with every example forced through the per-example path, for each task: the
 metrics must be equal (classification: the same counts; regression: to float rounding),
