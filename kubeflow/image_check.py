@@ -1,7 +1,7 @@
 """Checks an installed image's layout: ``python -m tfx_accum.kubeflow.image_check``.
 
 The last build step of ``kubeflow/Dockerfile`` (and so of its replay without Docker,
-``tfx_accum.kubeflow.image_replay``), run in the image's ``WORKDIR`` as its user:
+``tfx_accum.kubeflow.image_tools.image_replay``), run in the image's ``WORKDIR`` as its user:
 
 - ``tfx_accum`` and the code every pipeline task imports (TFX's container entry point, the
   Tuner, Trainer and run-time-parameter executors) import from site-packages, not from the

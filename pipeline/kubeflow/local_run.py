@@ -6,7 +6,7 @@ protobuf 6 and so an environment of its own (``scripts/setup_env.sh`` makes one 
 -r kubeflow/local-run-requirements.txt``). Each task's container command runs with an
 interpreter standing in for the image (``tfx_accum.kubeflow.run_compiled``): this environment's, or
 with ``--image-python`` and ``--workdir`` the image's own layout replayed without Docker
-(``python -m tfx_accum.kubeflow.image_replay``). ``NAME=VALUE`` arguments set run-time
+(``python -m tfx_accum.kubeflow.image_tools.image_replay``). ``NAME=VALUE`` arguments set run-time
 parameters, as ``kfp run create`` does.
 
 Example::
@@ -54,7 +54,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--image-python",
         default=None,
         help="interpreter standing in for the image (default: this environment's), e.g. the "
-        "one python -m tfx_accum.kubeflow.image_replay prints",
+        "one python -m tfx_accum.kubeflow.image_tools.image_replay prints",
     )
     parser.add_argument(
         "--workdir",

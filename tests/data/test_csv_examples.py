@@ -164,9 +164,7 @@ def test_a_large_input_is_written_in_several_files_per_split(data, tmp_path, mon
         assert min(sizes) > 0
 
 
-def test_a_quoted_line_break_is_one_value_for_the_check_and_for_example_gen(
-    tmp_path, monkeypatch
-):
+def test_a_quoted_line_break_is_one_value_for_the_check_and_for_example_gen(tmp_path, monkeypatch):
     """The data check judges the rows ExampleGen writes: a quoted value over two lines is one
     cell of one row in both readings (one pyarrow reader, ``newlines_in_values``), also where
     a read block ends inside it (blocks of a few bytes here)."""

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tfx_accum.kubeflow.check_image_wheels import check
+from tfx_accum.kubeflow.image_tools.check_image_wheels import check
 
 # Runs the pipeline or a command in subprocesses (minutes): `pytest -m "not e2e"` skips it.
 pytestmark = pytest.mark.e2e
@@ -76,7 +76,7 @@ RUN python -m pip install --no-compile --only-binary=:all: --find-links /wheels 
 
 
 def test_the_image_installs_its_wheel_as_a_user_of_its_own_with_an_empty_workdir():
-    from tfx_accum.kubeflow import dockerfile
+    from tfx_accum.kubeflow.image_tools import dockerfile
 
     builder, final = dockerfile.parse(DOCKERFILE.read_text())
     # The project's wheel is built in the builder stage from its sources ...
@@ -99,7 +99,7 @@ def test_the_image_installs_its_wheel_as_a_user_of_its_own_with_an_empty_workdir
 
 
 def test_the_build_context_leaves_out_the_environment_and_caches():
-    from tfx_accum.kubeflow.image_replay import ignore_patterns, ignored
+    from tfx_accum.kubeflow.image_tools.image_replay import ignore_patterns, ignored
 
     patterns = ignore_patterns(DOCKERFILE.parents[1])
     for path in (
@@ -143,7 +143,7 @@ def test_the_replayed_image_carries_bytecode_and_nothing_in_its_workdir(image):
 
 def test_the_old_layout_shadows_the_installed_package(tmp_path):
     """Replayed, the earlier layout fails where `docker build` failed: its own check."""
-    from tfx_accum.kubeflow.image_replay import ReplayError, replay
+    from tfx_accum.kubeflow.image_tools.image_replay import ReplayError, replay
 
     old = tmp_path / "Dockerfile"
     old.write_text(OLD_LAYOUT)
@@ -165,7 +165,7 @@ def test_the_replay_builds_from_an_empty_pip_cache_as_docker_does(tmp_path):
     """Each replayed stage gets a pip cache of its own, empty, whatever this machine's holds:
     that builder stage fails here as on a fresh docker builder, and a stage's RUN lines
     see that cache (the real builder's success from it is the `image` fixture's)."""
-    from tfx_accum.kubeflow.image_replay import ReplayError, replay
+    from tfx_accum.kubeflow.image_tools.image_replay import ReplayError, replay
 
     old = tmp_path / "Dockerfile"
     old.write_text(OLD_BUILDER)

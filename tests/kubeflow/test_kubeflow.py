@@ -43,7 +43,12 @@ def validate(path: Path) -> dict:
     if not SPEC_DIR.is_dir():
         pytest.fail(f"{SPEC_DIR} is missing: run scripts/setup_env.sh")
     proc = subprocess.run(
-        [sys.executable, "-S", str(ROOT / "kubeflow" / "validate_spec.py"), str(path)],
+        [
+            sys.executable,
+            "-S",
+            str(ROOT / "kubeflow" / "image_tools" / "validate_spec.py"),
+            str(path),
+        ],
         capture_output=True,
         text=True,
         env={**os.environ, "PYTHONPATH": str(SPEC_DIR)},

@@ -66,6 +66,24 @@ def test_wheel_installs_no_colliding_top_level_packages(wheel_env):
     assert "tfx_accum/kubeflow/node_pools.yaml" in names
 
 
+def test_the_wheel_holds_only_modules_the_installed_package_uses(wheel_env):
+    """Nothing a user never imports: every module is imported or named by another one of
+    the wheel, an entry point or a program (tests/installed_modules.py); the image tools
+    (kubeflow/image_tools) are not in it."""
+    from installed_modules import module_name, unused
+
+    wheel, _, _ = wheel_env
+    archive = zipfile.ZipFile(wheel)
+    modules = {
+        module_name(name): archive.read(name).decode()
+        for name in archive.namelist()
+        if name.endswith(".py")
+    }
+    assert "tfx_accum.components.training.trainer" in modules
+    assert not [name for name in modules if ".image_tools" in name]
+    assert not unused(modules), unused(modules)
+
+
 def test_installed_wheel_compiles_for_a_gpu_node_pool(wheel_env):
     _, venv, work = wheel_env
     output = work / "gpu.yaml"
