@@ -84,6 +84,21 @@ def test_the_wheel_holds_only_modules_the_installed_package_uses(wheel_env):
     assert not unused(modules), unused(modules)
 
 
+def test_from_the_repository_root_the_installed_wheel_imports_the_subpackages(wheel_env):
+    """Python imports the checkout's tfx_accum/ from there, before the installed one; its
+    subpackages are found beside it."""
+    _, venv, _ = wheel_env
+    proc = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", "import tfx_accum.components as c; print(c.__file__)"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split()[-1] == str(ROOT / "components" / "__init__.py")
+
+
 def test_installed_wheel_compiles_for_a_gpu_node_pool(wheel_env):
     _, venv, work = wheel_env
     output = work / "gpu.yaml"
