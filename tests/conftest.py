@@ -85,7 +85,7 @@ SHARED_SESSION_FIXTURES = {
     ),
 }
 UNIT = {module: name for name, modules in SHARED_SESSION_FIXTURES.items() for module in modules}
-# The longest units, longest first (sequential minutes on 2 cores: about 17, 8 and 5); the
+# The longest units, longest first (by their sequential time); the
 # other modules that run pipelines follow, then the rest.
 LONGEST_UNITS = ("first_run", "tests/pipeline/test_reliability.py", "image")
 

@@ -39,7 +39,8 @@ PACKAGE_DIRS = {
 ISSUE = re.compile(r"(?<![\w&/])#\d+\b|\bissues? #?\d+\b", re.IGNORECASE)
 TIMING = re.compile(
     r"(?<![\w.])\d+(?:[.,]\d+)?(?:\s?[-–]\s?\d+(?:[.,]\d+)?)?\s?"
-    r"(?:s|ms|us|µs|sec|secs|seconds?|min|mins|minutes?|h|hours?)\b(?!\.\w|\()"
+    r"(?:s|ms|us|µs|sec|secs|seconds?|min|mins|minutes?|h|hours?|CPU-s)\b(?!\.\w|\()"
+    r"|\b\d+(?:\.\d+)?x (?:faster|slower)\b"
 )
 FILE_PATH = re.compile(
     r"(?<![\w/.\-])(?:components|pipeline|kubeflow|tfx_accum)(?:/\w+)*/\w+\.py\b"
@@ -183,11 +184,14 @@ def test_docstrings_and_comments_hold_no_history_and_name_modules_by_import_path
 def test_the_rules_catch_what_they_forbid():
     """Each rule fails on its case (and only on it)."""
     assert ISSUE.findall("fixed in #31, see issue 20; not #1f77b4 nor &#39;") == ["#31", "issue 20"]
-    assert TIMING.findall("took 284 s, 1.5 min, 15-20 s; not 4 x 32 nor stats.min") == [
+    assert TIMING.findall("284 s, 1.5 min, 15-20 s, 3 CPU-s, 2.5x slower; not 4 x 32") == [
         "284 s",
         "1.5 min",
         "15-20 s",
+        "3 CPU-s",
+        "2.5x slower",
     ]
+    assert not TIMING.findall("feature.num_stats.min, a 2-core machine, 4 x 32")
     assert FILE_PATH.findall("see components/data/features.py, not tfx/utils/io.py") == [
         "components/data/features.py"
     ]

@@ -201,7 +201,7 @@ def test_the_pipeline_trains_and_serves_float32(precision, tmp_path):
     """The whole pipeline under a mixed policy (float32 is every other e2e test's): the
     Tuner's trials and the Trainer train, the pushed model computes in the half type and
     serves float32 scores that classify the digits. The mlp: on the CPU float16
-    convolutions run about 30x slower than float32 ones."""
+    convolutions run much slower than float32 ones."""
     from pipeline_runs import SMALL, digits_examples, run_cli
 
     out = tmp_path / "out"
