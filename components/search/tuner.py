@@ -110,16 +110,7 @@ def tuner_fn(fn_args):
             model_hyperparameters=settings.model_hyperparameters,
         )
     else:
-        strategy = choose_strategy()
-        splits = read_splits(fn_args, data)
-        hypermodel = AccumulationHyperModel(
-            space,
-            splits,
-            settings.model,
-            strategy.num_replicas_in_sync,
-            precision=settings.precision,
-            model_hyperparameters=settings.model_hyperparameters,
-        )
+        hypermodel, strategy = _local_hypermodel(fn_args, data, space, settings)
         if gpu_present():
             say_dropped(hypermodel.probe_micro_batches())
             space = hypermodel.space
@@ -166,6 +157,22 @@ def tuner_fn(fn_args):
     return TunerFnResult(tuner=tuner, fit_kwargs={"epochs": space.tuning_epochs})
 
 
+def _local_hypermodel(
+    fn_args, data, space: SearchSpace, settings
+) -> tuple[AccumulationHyperModel, object]:
+    """The HyperModel whose trials train on this process's devices, and their strategy."""
+    strategy = choose_strategy()
+    hypermodel = AccumulationHyperModel(
+        space,
+        read_splits(fn_args, data),
+        settings.model,
+        strategy.num_replicas_in_sync,
+        precision=settings.precision,
+        model_hyperparameters=settings.model_hyperparameters,
+    )
+    return hypermodel, strategy
+
+
 def worker_tuner(fn_args, spec: dict) -> tuple[keras_tuner.Tuner, dict]:
     """The tuner of a parallel-search worker (``tfx_accum.components.search.tuner_worker``)."""
     config = ModuleConfig.from_custom_config(fn_args.custom_config)
@@ -185,15 +192,6 @@ def worker_tuner(fn_args, spec: dict) -> tuple[keras_tuner.Tuner, dict]:
         hypermodel.probe_micro_batches()
         print(json.dumps({"micro_batch_choices": list(hypermodel.space.micro_batch_choices)}))
         return None, {}
-    strategy = choose_strategy()
-    splits = read_splits(fn_args, data)
-    hypermodel = AccumulationHyperModel(
-        space,
-        splits,
-        settings.model,
-        strategy.num_replicas_in_sync,
-        precision=settings.precision,
-        model_hyperparameters=settings.model_hyperparameters,
-    )
+    hypermodel, _ = _local_hypermodel(fn_args, data, space, settings)
     tuner = make_tuner(space, hypermodel, spec["directory"], None, resume=True)
     return tuner, {"epochs": space.tuning_epochs}
