@@ -200,18 +200,12 @@ class DataSummary:
         """The model's inputs as the components will see them (statistics left neutral),
         for checking a model function before anything runs. ``settings``: the run's
         ``ModelSettings`` (label, columns, task)."""
-        from tfx_accum.components.data.columns import input_names, select_features
+        from tfx_accum.components.data.columns import input_names
         from tfx_accum.components.data.features import DataDescription, InputFeature
 
         shapes, vocabularies = dict(self.image_shapes), dict(self.vocabularies)
         kinds = dict(self.kinds)
-        chosen = select_features(
-            list(kinds),
-            settings.label_key,
-            settings.features,
-            settings.exclude_features,
-            words=CLI_WORDS,
-        )
+        chosen = chosen_features(list(kinds), settings)
         names = input_names(chosen)
         categorical = set(settings.categorical_features)
         features = tuple(
@@ -280,6 +274,20 @@ def _check_columns_read(summary: DataSummary, settings, chosen: list[str]) -> No
             raise DataError(refusal(stray, label_key))
 
 
+def chosen_features(columns: Sequence[str], settings) -> list[str]:
+    """The features among ``columns`` that the run's ``settings`` (``ModelSettings``: the
+    label, ``features``, ``exclude_features``) choose; a ``ColumnError`` names the flag."""
+    from tfx_accum.components.data.columns import select_features
+
+    return select_features(
+        list(columns),
+        settings.label_key,
+        settings.features,
+        settings.exclude_features,
+        words=CLI_WORDS,
+    )
+
+
 def decide_label(summary: DataSummary, settings) -> DataSummary:
     """``summary`` with the task and classes decided (tfx_accum.components.data.tasks's rule),
     and the columns checked against ``settings`` (``ModelSettings``); a ``DataError`` otherwise.
@@ -288,7 +296,7 @@ def decide_label(summary: DataSummary, settings) -> DataSummary:
     all, ``MIN_PER_CLASS`` of each class) to train, validate and evaluate; integer labels
     that are ids rather than class indices (unless ``--num-classes`` confirms them).
     """
-    from tfx_accum.components.data.columns import ColumnError, select_features
+    from tfx_accum.components.data.columns import ColumnError
     from tfx_accum.components.data.tasks import (
         MIN_EXAMPLES,
         MIN_PER_CLASS,
@@ -297,13 +305,7 @@ def decide_label(summary: DataSummary, settings) -> DataSummary:
     )
 
     try:
-        chosen = select_features(
-            summary.features,
-            settings.label_key,
-            settings.features,
-            settings.exclude_features,
-            words=CLI_WORDS,
-        )
+        chosen = chosen_features(summary.features, settings)
     except ColumnError as error:
         raise DataError(str(error)) from None
     _check_columns_read(summary, settings, chosen)

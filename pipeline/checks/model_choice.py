@@ -32,24 +32,18 @@ def model_for(args: argparse.Namespace, summary, requested) -> str:
     model must take the data's features (it is built once here to check), and the
     features it leaves out are named.
     """
-    from tfx_accum.components.data.columns import select_features
     from tfx_accum.components.data.feature_kinds import CATEGORICAL
     from tfx_accum.components.training.model_rules import (
         ModelChoiceError,
         check_model_suits,
         default_model,
     )
+    from tfx_accum.pipeline.checks.data import chosen_features
 
     model = args.model
     check_model_name(model)
     all_kinds = dict(summary.kinds)
-    chosen = select_features(
-        list(all_kinds),
-        requested.label_key,
-        requested.features,
-        requested.exclude_features,
-        words=CLI_WORDS,
-    )
+    chosen = chosen_features(list(all_kinds), requested)
     kinds = {
         name: CATEGORICAL if name in requested.categorical_features else all_kinds[name]
         for name in chosen
