@@ -100,11 +100,10 @@ def _defined(tree: ast.AST, name: str) -> ast.AST | bool | None:
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             for target in targets:
                 for leaf in ast.walk(target):
-                    if isinstance(leaf, ast.Name) and leaf.id == name:
-                        if name == "__all__":
-                            return True
-                        return True
-                    if isinstance(leaf, ast.Attribute) and leaf.attr == name:
+                    if isinstance(leaf, ast.Name | ast.Attribute) and name in (
+                        getattr(leaf, "id", None),
+                        getattr(leaf, "attr", None),
+                    ):
                         return True
             if (
                 isinstance(node, ast.Assign)
