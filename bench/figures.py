@@ -7,7 +7,7 @@ runs the check, so a bench rerun whose results are committed without the docs fa
 Blocks: ``<!-- bench:NAME -->`` ... ``<!-- /bench:NAME -->`` holds ``bench/results/NAME.md``
 (its title dropped, its headings moved under the page's); ``NAME`` ``headline`` is the
 README's table of headline figures, made from the JSON outputs. The option tables
-(``<!-- options:run -->``) come from the parser (``pipeline/cli/options_table.py``).
+(``<!-- options:run -->``) come from the parser (``bench/options_table.py``).
 """
 
 from __future__ import annotations
@@ -118,7 +118,7 @@ def headline() -> str:
 
 
 def options_table(command: str) -> str:
-    from tfx_accum.pipeline.cli.options_table import options_markdown
+    from bench.options_table import options_markdown
 
     return options_markdown(command) + "\n"
 

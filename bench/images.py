@@ -50,10 +50,22 @@ def image_examples():
 
     from bench.tfx_floor import batches, decode_tfx_bsl, tfdv_statistics
     from tfx_accum.components.config.settings import ModelSettings
-    from tfx_accum.components.data.features import Preprocessor, describe, first_bytes_values
-    from tfx_accum.components.data.raw_features import parse_raw
+    from tfx_accum.components.data.features import Preprocessor, describe
+    from tfx_accum.components.data.raw_features import parse_raw, raw_spec
     from tfx_accum.components.data.statistics import SplitStatistics
     from tfx_accum.pipeline.checks.data import digit_image_examples
+
+    def _first_bytes_values(records, schema, rows: int = 256):
+        # The BYTES features' values in the first ``rows`` serialized examples: the sample
+        # that tells ``describe`` images from text (the statistics do not say).
+        names = [f.name for f in schema.feature if f.type == schema_pb2.BYTES]
+        spec = raw_spec({n: "string" for n in names})
+        sample: dict[str, list[bytes]] = {n: [] for n in names}
+        for batch in records.take(rows).batch(rows):
+            parsed = tf.io.parse_example(batch, spec)
+            for name in names:
+                sample[name] = [v for v in parsed[name].flat_values.numpy().tolist() if v]
+        return sample
 
     records = digit_image_examples()
     schema = schema_pb2.Schema()
@@ -65,7 +77,7 @@ def image_examples():
         schema,
         statistics,
         ModelSettings(model=MODEL, label_key="label"),
-        sample=first_bytes_values(serialized, schema),
+        sample=_first_bytes_values(serialized, schema),
     )
     preprocessor = Preprocessor(data)
 

@@ -1,13 +1,13 @@
 """Checks an installed image's layout: ``python -m tfx_accum.kubeflow.image_check``.
 
 The last build step of ``kubeflow/Dockerfile`` (and so of its replay without Docker,
-:mod:`tfx_accum.kubeflow.image_replay`), run in the image's ``WORKDIR`` as its user:
+``tfx_accum.kubeflow.image_tools.image_replay``), run in the image's ``WORKDIR`` as its user:
 
 - ``tfx_accum`` and the code every pipeline task imports (TFX's container entry point, the
   Tuner, Trainer and run-time-parameter executors) import from site-packages, not from the
   working directory, which ``python -m`` puts first on ``sys.path``;
 - every installed module has current bytecode (a ``.pyc`` matching its source), so no pod
-  pays the import compile (about 20 CPU-s for this stack) and nothing needs writing at run
+  pays the import compile (seconds of CPU for this stack) and nothing needs writing at run
   time; a ``.py`` that does not compile on this Python (a template, a Python 2 file) is
   not importable and is skipped;
 - Keras is 3 and ``TF_USE_LEGACY_KERAS`` is unset.

@@ -17,7 +17,7 @@ __all__ = ["InputError", "create_pipeline"]
 
 
 def create_pipeline(*args, **kwargs):
-    """See :func:`pipeline.pipeline.create_pipeline` (imported lazily: TFX is heavy)."""
+    """See :func:`tfx_accum.pipeline.pipeline.create_pipeline` (imported lazily: TFX is heavy)."""
     from tfx_accum.pipeline.pipeline import create_pipeline as _create
 
     return _create(*args, **kwargs)

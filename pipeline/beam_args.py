@@ -10,18 +10,18 @@ measured (the workers share the cores with the launching process and pay their o
 and the pickling between them). With more CPUs, one worker per ``BYTES_PER_WORKER`` or
 ``ROWS_PER_WORKER``, up to the CPUs: not measured here (a 2-core machine). The workers read
 the split's files in parallel, so ExampleGen writes a large input in several files
-(``components/data/csv_examples.py``), and each worker batches TFXIO's reads by bytes
-(``--beam_plugins``: ``pipeline/tfxio_batching.py``). ``--beam-pipeline-args``
+(``tfx_accum.components.data.csv_examples``), and each worker batches TFXIO's reads by bytes
+(``--beam_plugins``: ``tfx_accum.pipeline.tfxio_batching``). ``--beam-pipeline-args``
 replaces the choice entirely (for example ``--runner=DataflowRunner ...``).
 
 Every Beam component's executor also packages TFX itself as an sdist for remote workers
-(``tfx/utils/dependency_utils.py``: a ``setup.py sdist`` subprocess, 1-1.5 s per component
-on a 2-core machine) unless one of Beam's dependency options is set. The DirectRunner never
-reads it: its workers are this interpreter, in this process (``in_memory``) or as
-``sys.executable -m apache_beam.runners.worker.sdk_worker_main`` (``multi_processing``).
-Nor does the project's DaskRunner (:data:`DASK_RUNNER`): its workers are processes started
-in an environment like this one, with tfx-accum installed (``--dask-scheduler`` checks
-that), and it installs nothing. :func:`without_tfx_sdist` says so to TFX for either.
+(``tfx/utils/dependency_utils.py``: a ``setup.py sdist`` subprocess per component) unless one of
+Beam's dependency options is set. The DirectRunner never reads it: its workers are this interpreter,
+in this process (``in_memory``) or as ``sys.executable -m
+apache_beam.runners.worker.sdk_worker_main`` (``multi_processing``). Nor does the project's
+DaskRunner (:data:`DASK_RUNNER`): its workers are processes started in an environment like this one,
+with tfx-accum installed (``--dask-scheduler`` checks that), and it installs nothing.
+:func:`without_tfx_sdist` says so to TFX for either.
 
 Example:
 
@@ -80,7 +80,8 @@ def local_beam_args(input_bytes: int, cpus: int, rows: int = 0) -> tuple[list[st
 
 def direct_args(workers: int) -> list[str]:
     """The DirectRunner with ``workers`` workers: one in-process, else worker processes,
-    each batching TFXIO's reads by bytes (``BEAM_PLUGIN_ARG``: tfxio_batching.py)."""
+    each batching TFXIO's reads by bytes (``BEAM_PLUGIN_ARG``:
+    tfx_accum.pipeline.tfxio_batching)."""
     if workers == 1:
         return ["--direct_running_mode=in_memory", "--direct_num_workers=1"]
     return [

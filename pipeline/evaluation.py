@@ -1,9 +1,9 @@
 """The Evaluator: its configuration per task, and what its output says about the model.
 
-:func:`eval_config` gives TFMA's ``EvalConfig`` for a task (components/config/tasks.py):
+:func:`eval_config` gives TFMA's ``EvalConfig`` for a task (tfx_accum.components.config.tasks):
 
 - multiclass: accuracy (``SparseCategoricalAccuracy``, computed as Keras does but without
-  TensorFlow: components/training/baseline_metrics.py), the example count, and the
+  TensorFlow: tfx_accum.components.training.baseline_metrics), the example count, and the
   majority-class baseline with the model's lift over it
   (:class:`~tfx_accum.components.training.baseline_metrics.MajorityClassLift`), all three
   read off one count of the classes (TFMA's ``example_count`` by
@@ -87,7 +87,8 @@ def eval_config(
         signature_name=SERVING_SIGNATURE,
         prediction_key=tasks.PREDICTION_KEYS[task],
         # The label as the model sees it: a class index from the model's own label
-        # vocabulary or range check, or the regression target (components/training/export.py).
+        # vocabulary or range check, or the regression target
+        # (tfx_accum.components.training.export).
         preprocessing_function_names=[LABELS_SIGNATURE],
     )
     return tfma.EvalConfig(

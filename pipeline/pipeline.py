@@ -7,11 +7,11 @@ The Tuner and Trainer code is referenced by dotted path (``tuner_fn=``, ``run_fn
 ``module_file``, so it ships inside the installed package (and the container image) and a
 Kubeflow compile needs no upload. There is no Resolver node (self-hosted Kubeflow
 Pipelines cannot run one): the Evaluator blesses a model that beats the trivial baseline
-on the eval split, and any fixed threshold asked for (pipeline/evaluation.py).
+on the eval split, and any fixed threshold asked for (tfx_accum.pipeline.evaluation).
 
 The data root, the number of trials, the tuning epochs, the Trainer's updates and the
 blessing threshold are run-time parameters of a compiled pipeline
-(:mod:`tfx_accum.pipeline.run_parameters`); a local run gives them plain values.
+(``tfx_accum.pipeline.run_parameters``); a local run gives them plain values.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from typing import Any
 
 # TFX's classes from the modules that define them: `from tfx import v1` also imports its
-# Google Cloud extensions (google.cloud.aiplatform, ~3 s of every run's start-up).
+# Google Cloud extensions (google.cloud.aiplatform, slow to import in every run).
 from tfx.components import ExampleValidator, SchemaGen, StatisticsGen
 from tfx.orchestration import metadata
 from tfx.orchestration.pipeline import Pipeline
@@ -104,9 +104,9 @@ def create_pipeline(
     best configuration for the best trial's budget, and so ends with its model; otherwise
     ``train_steps`` updates with early stopping.
     ``beam_pipeline_args``: default, Beam's DirectRunner in-process with one worker (the
-    runners size it: :mod:`tfx_accum.pipeline.beam_args`).
+    runners size it: ``tfx_accum.pipeline.beam_args``).
     ``parallel_trials``: Keras Tuner trials run side by side in worker processes of the
-    Tuner (:mod:`tfx_accum.components.search.parallel_search`); 1 runs them one after another.
+    Tuner (``tfx_accum.components.search.parallel_search``); 1 runs them one after another.
     ``data_format``: ``csv`` or ``tfrecord`` (``tf.Example`` records).
     ``schema_file``: the user's schema (a ``schema.pbtxt``), imported by ImportSchemaGen
     instead of SchemaGen's inferred one: it also guides StatisticsGen (categorical
@@ -115,13 +115,13 @@ def create_pipeline(
     ``model_settings`` (:func:`~tfx_accum.pipeline.evaluation.eval_config`).
     ``missing_values``: CSV cells CsvExampleGen reads as empty (missing values).
     ``fail_on_anomalies``: the Tuner and Trainer take ExampleValidator's anomalies as an
-    input and do not start when it found any (components/data/anomalies.py).
+    input and do not start when it found any (tfx_accum.components.data.anomalies).
     ``runtime_parameters``: the data root, ``max_trials``, ``tuning_epochs``,
     ``train_steps`` and ``bless_threshold`` become ``RuntimeParameter`` s with these
     values as defaults (for a Kubeflow compile).
 
     The Tuner and Trainer are TFX's, with StatisticsGen's statistics as an input
-    (components/data/component_inputs.py): the data description is made from them.
+    (tfx_accum.components.data.component_inputs): the data description is made from them.
     """
     search_space = search_space or SearchSpace()
     model_settings = model_settings or ModelSettings()
@@ -222,7 +222,8 @@ def create_pipeline(
             blessing.task, label_key, model_settings.num_classes, blessing.metric, bless_threshold
         ),
     )
-    pusher = Pusher(  # TFX's, publishing the model atomically (components/training/pusher.py)
+    # TFX's, publishing the model atomically (tfx_accum.components.training.pusher)
+    pusher = Pusher(
         model=trainer.outputs["model"],
         model_blessing=evaluator.outputs["blessing"],
         push_destination=pusher_pb2.PushDestination(

@@ -15,7 +15,7 @@ TFX's, each with extra integer or float execution properties (:data:`TUNER`,
 :data:`TRAINER`, :data:`EVALUATOR`) that its executor writes into the setting's one place
 before TFX's own executor runs: ``max_trials`` and ``tuning_epochs`` into the search space
 in ``custom_config``, ``train_steps`` into ``TrainArgs.num_steps``
-(components/search/tuner_component.py, components/training/trainer_component.py), the
+(tfx_accum.components.search.tuner_component, tfx_accum.components.training.trainer_component), the
 blessing threshold into the ``EvalConfig``
 (:func:`~tfx_accum.pipeline.evaluation.with_bless_threshold`; a negative value,
 :data:`NO_THRESHOLD`, is no fixed bar: the model need only beat the trivial baseline).
@@ -35,7 +35,7 @@ import dataclasses
 from typing import Any
 
 from google.protobuf import json_format
-from tfx.components import Evaluator as TfxEvaluator  # not tfx.v1: see pipeline.py
+from tfx.components import Evaluator as TfxEvaluator  # not tfx.v1: see tfx_accum.pipeline.pipeline
 from tfx.components.evaluator import executor as evaluator_executor
 from tfx.dsl.components.base import base_component, executor_spec
 from tfx.orchestration import data_types

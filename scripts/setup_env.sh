@@ -59,7 +59,7 @@ pip_install() {  # the installer's own output goes to the log; shown only if it 
   fi
 }
 pip_install -c constraints.txt -e ".[tfx,test,dask]"
-# Current KFP protos for strict validation of compiled pipelines (kubeflow/validate_spec.py),
+# Current KFP protos for strict validation of compiled pipelines (kubeflow/image_tools/validate_spec.py),
 # in a directory of their own: they need protobuf 6, TFX 1.16 needs protobuf 3.20.
 rm -rf "$VENV/kfp-spec"
 pip_install --no-deps --target "$VENV/kfp-spec" -r kubeflow/validate-requirements.txt

@@ -85,14 +85,14 @@ SHARED_SESSION_FIXTURES = {
     ),
 }
 UNIT = {module: name for name, modules in SHARED_SESSION_FIXTURES.items() for module in modules}
-# The longest units, longest first (sequential minutes on 2 cores: about 17, 8 and 5); the
+# The longest units, longest first (by their sequential time); the
 # other modules that run pipelines follow, then the rest.
 LONGEST_UNITS = ("first_run", "tests/pipeline/test_reliability.py", "image")
 
 
-# The exhaustive XLA sweeps, in the slow tier (#33): each is one more XLA-compiled case of a
+# The exhaustive XLA sweeps, in the slow tier: each is one more XLA-compiled case of a
 # test whose graph cases and at least one XLA case stay in the fast tier (`-m "not e2e"`).
-# XLA's compile dominates them (5-40 s each on 2 cores); CI runs them all. tests/test_layout.py
+# XLA's compile dominates them (seconds each); CI runs them all. tests/test_layout.py
 # checks that every id names a collected test.
 XLA_SWEEP = (
     "tests/accumulation/test_micro_batches.py::test_xla_loops_as_on_a_gpu[masked-two-outputs]",

@@ -1,6 +1,6 @@
 """Runs in a fresh subprocess: ``python fresh_mirrored_worker.py REPLICAS``.
 
-What a multi-GPU user does first (#34): in a process where nothing of tfx-accum ran before,
+What a multi-GPU user does first: in a process where nothing of tfx-accum ran before,
 a GradientAccumulationModel is built, compiled and fit *inside* a MirroredStrategy's scope
 over REPLICAS logical CPUs, on data whose last batch is uneven, with sample weights. Then the
 same for plain Keras under the same strategy, and for plain Keras on one device. Prints the

@@ -1,10 +1,10 @@
 """The container image's layout, replayed without Docker, for the tests that run in it.
 
-``kubeflow/Dockerfile``'s own build steps (``python -m tfx_accum.kubeflow.image_replay``):
-the project's wheel built in the builder stage and installed, non-editable, into a fresh
-environment by the Dockerfile's install lines, then the image's own check, in its
-``WORKDIR``. ``TFX_ACCUM_TEST_DOCKERFILE=PATH`` replays another Dockerfile (an older one,
-to see these tests fail on it).
+``kubeflow/Dockerfile``'s own build steps (``python -m
+tfx_accum.kubeflow.image_tools.image_replay``): the project's wheel built in the builder stage and
+installed, non-editable, into a fresh environment by the Dockerfile's install lines, then the
+image's own check, in its ``WORKDIR``. ``TFX_ACCUM_TEST_DOCKERFILE=PATH`` replays another Dockerfile
+(an older one, to see these tests fail on it).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tfx_accum.kubeflow.image_replay import ReplayedImage, ReplayError, replay
+from tfx_accum.kubeflow.image_tools.image_replay import ReplayedImage, ReplayError, replay
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCKERFILE = Path(os.environ.get("TFX_ACCUM_TEST_DOCKERFILE") or ROOT / "kubeflow" / "Dockerfile")

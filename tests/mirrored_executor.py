@@ -1,4 +1,4 @@
-"""Runs a TFX executor in a fresh process as on a node with several GPUs (#34).
+"""Runs a TFX executor in a fresh process as on a node with several GPUs.
 
 ``python mirrored_executor.py N trainer RUN_EXECUTOR_ARGS...`` runs TFX's
 ``tfx.scripts.run_executor`` (the command a Vertex AI or Kubeflow Trainer runs) in this
@@ -6,7 +6,7 @@ process; ``python mirrored_executor.py N tuner RUN_DIR WORK_DIR`` runs the Tuner
 on a finished run's artifacts (``bench.tuner_component``) and prints its trials as JSON.
 
 N logical CPU devices stand in for N GPUs where the Trainer and the Tuner learn them
-(``components.accumulation.strategy.local_gpus``), so that their own strategy choice picks
+(``tfx_accum.components.accumulation.strategy.local_gpus``), so that their own strategy choice picks
 ``MirroredStrategy`` over them: nothing of tfx-accum has run in the process before.
 """
 

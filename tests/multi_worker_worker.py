@@ -118,7 +118,7 @@ def main(out: Path) -> dict:
     }
     for name, case in CASES.items():
         # Built, compiled and fit inside the scope, as users do: the first GA fit of this
-        # fresh process runs the Keras self-check there (#34: it once misfired inside a scope).
+        # fresh process runs the Keras self-check there (it once misfired inside a scope).
         with STRATEGY.scope():
             model = initial_model(name)
             if case["accumulate"]:

@@ -1,6 +1,6 @@
 """TFX's penguin example (``tfx/examples/penguin/penguin_pipeline_local.py``) with tfx-accum's
 ``tuner_fn`` and ``run_fn`` in TFX's *stock* components: what README's "Use it in your own TFX
-pipeline" shows, run by tests/training/test_tfx_pipelines.py (#29).
+pipeline" shows, run by tests/training/test_tfx_pipelines.py.
 
 The data is TFX's own penguin data as its wheel ships it (``tfx/components/testdata/penguin``:
 the example's ``penguins_processed.csv``, split in ExampleGen's form), written back to CSV

@@ -1,4 +1,4 @@
-"""Pushes through the project's Pusher executor (components/training/pusher.py), as the
+"""Pushes through the project's Pusher executor (tfx_accum.components.training.pusher), as the
 Pusher component runs it, for the unit tests of what a push publishes."""
 
 from __future__ import annotations

@@ -58,7 +58,7 @@ def _child_setup(sigint: object, umask: int | None):
     def setup() -> None:
         signal.signal(signal.SIGINT, sigint)
         # As from a terminal, whatever started the tests (`nohup` makes SIGHUP ignored, and
-        # the run keeps an ignored SIGHUP ignored: tfx_accum/interrupts.py).
+        # the run keeps an ignored SIGHUP ignored: tfx_accum.interrupts).
         signal.signal(signal.SIGHUP, signal.SIG_DFL)
         if umask is not None:
             os.umask(umask)

@@ -103,7 +103,8 @@ def stock_tuner(root: Path, model: str, working_dir: str) -> dict:
     tuner = executor.search(
         artifacts(root), exec_properties(model), working_dir, print_tuning_summary=False
     )
-    held = tuner.hypermodel._held  # what every trial was given (components/search/hypermodel.py)
+    # what every trial was given (tfx_accum.components.search.hypermodel)
+    held = tuner.hypermodel._held
     return {
         "held": [h.count for h in held],
         "given": [int(h.dataset.cardinality()) for h in held],

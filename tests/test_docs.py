@@ -1,4 +1,4 @@
-"""The README and docs/ (#33): a front door under 300 lines, links that resolve, and no
+"""The README and docs/: a front door under 300 lines, links that resolve, and no
 figure that is not a committed bench output (every generated block fresh, every measured
 figure in the prose found in ``bench/results/``)."""
 
@@ -11,16 +11,16 @@ import pytest
 
 from bench.figures import BLOCK, RESULTS, ROOT, documents, render
 
-# A figure with a unit of time, memory or ratio ("250 s", "1.3 GiB", "15.6x"; not "4 x 32").
+# A figure with a unit of time, memory or ratio (seconds, GiB, "15.6x"; not "4 x 32").
 FIGURE = re.compile(
     r"(?<![\w.])(\d[\d,]*(?:\.\d+)?)\s?(s|ms|min|minutes|GiB|MiB|MB|x)(?!\w)(?!\s?\d)"
 )
 # Settings, not measurements: each is a threshold or a limit in the code, named where it lives.
 SETTINGS = {
-    ("64", "MiB"),  # pipeline/beam_args.py: in-process Beam below this much input
-    ("128", "MiB"),  # pipeline/beam_args.py: one Beam worker per this much input
-    ("60", "s"),  # pipeline/kubeflow/spec.py: the retry policy's first back-off
-    ("600", "s"),  # pipeline/kubeflow/spec.py: its longest back-off
+    ("64", "MiB"),  # tfx_accum.pipeline.beam_args: in-process Beam below this much input
+    ("128", "MiB"),  # tfx_accum.pipeline.beam_args: one Beam worker per this much input
+    ("60", "s"),  # tfx_accum.pipeline.kubeflow.spec: the retry policy's first back-off
+    ("600", "s"),  # tfx_accum.pipeline.kubeflow.spec: its longest back-off
 }
 
 

@@ -1,4 +1,4 @@
-"""Which signals stop a run (tfx_accum/interrupts.py), in this process's main thread."""
+"""Which signals stop a run (tfx_accum.interrupts), in this process's main thread."""
 
 from __future__ import annotations
 
@@ -39,8 +39,8 @@ def test_a_sighup_that_nohup_ignores_stays_ignored():
 def test_the_childrens_watchdog_ends_with_the_block(monkeypatch):
     """A stop request arms a watchdog that stops this process's children if the main thread
     hangs in a library's cleanup. Once the block has ended the stop was dealt with: a child
-    started afterwards (by a long-lived caller, such as a test session) is left alone. It was
-    SIGTERMed 5 s later, failing an unrelated test in CI."""
+    started afterwards (by a long-lived caller, such as a test session) is left alone: a
+    watchdog outliving the block would SIGTERM it, failing whatever that child was doing."""
     import subprocess
     import sys
     import time

@@ -22,7 +22,7 @@ MAX_LINES = 500
 # The layers, bottom first: a module imports its own room and the rooms of lower layers only.
 # Rooms in one layer are siblings and import nothing of each other. Each room is a list of
 # module prefixes (a package and everything in it, or one module). The same order is drawn in
-# docs/architecture.md and components/__init__.py's docstring.
+# docs/architecture.md and tfx_accum.components's docstring.
 LAYERS: tuple[tuple[tuple[str, tuple[str, ...]], ...], ...] = (
     (("accumulation", ("tfx_accum.components.accumulation",)),),
     (
@@ -42,11 +42,11 @@ LAYERS: tuple[tuple[tuple[str, tuple[str, ...]], ...], ...] = (
         ("search", ("tfx_accum.components.search",)),
         ("training", ("tfx_accum.components.training",)),
     ),
-    (("components", ("tfx_accum.components",)),),  # the public API: components/__init__.py
+    (("components", ("tfx_accum.components",)),),  # the public API: tfx_accum.components
     (
         (
             "pipeline.base",
-            ("tfx_accum.pipeline.errors", "tfx_accum.pipeline.config", "tfx_accum.pipeline.files"),
+            ("tfx_accum.pipeline.errors", "tfx_accum.pipeline.config"),
         ),
     ),
     (("pipeline.checks", ("tfx_accum.pipeline.checks",)),),
@@ -63,7 +63,7 @@ LAYERS: tuple[tuple[tuple[str, tuple[str, ...]], ...], ...] = (
     (("pipeline.kubeflow", ("tfx_accum.pipeline.kubeflow",)),),
     (("pipeline.cli", ("tfx_accum.pipeline.cli",)),),
     (("pipeline", ("tfx_accum.pipeline",)),),  # the public API and ``python -m``
-    (("kubeflow", ("tfx_accum.kubeflow",)),),  # the image checks and node-pool profiles
+    (("kubeflow", ("tfx_accum.kubeflow",)),),  # the image's last check, node-pool profiles
     (
         (
             "tfx_accum",
@@ -313,7 +313,7 @@ def test_the_package_dir_mapping_is_resolved():
 
 
 def test_the_order_is_written_down_where_a_reader_looks():
-    """components/__init__.py and docs/architecture.md draw the same order as LAYERS."""
+    """tfx_accum.components's docstring and docs/architecture.md draw the same order as LAYERS."""
     drawn = " -> ".join(" | ".join(room for room, _ in layer) for layer in LAYERS)
     for path in (ROOT / "components" / "__init__.py", ROOT / "docs" / "architecture.md"):
         text = re.sub(r"\s+", " ", path.read_text())
@@ -365,8 +365,8 @@ def test_the_drawing_check_finds_a_file_that_moved(monkeypatch, tmp_path):
 
 
 def test_every_path_a_module_or_the_architecture_names_exists():
-    """A path such as ``components/data/datasets.py`` in a module's docstring or comment, or
-    in docs/architecture.md, names a file of the tree (a moved module leaves none behind)."""
+    """A file path in a module's docstring or comment, or in docs/architecture.md, names a
+    file of the tree (a moved module leaves none behind)."""
     sources = [*modules().values(), ROOT / "docs" / "architecture.md"]
     missing = [
         f"{source.relative_to(ROOT)}: {path}"

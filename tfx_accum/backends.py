@@ -6,7 +6,7 @@ the user or from the extra named after it (``pip install 'tfx-accum[jax]'``, pyp
 (``KERAS_BACKEND``, else ``~/.keras/keras.json``, else TensorFlow), so a missing backend
 surfaces as Keras's ``ModuleNotFoundError`` for it. :func:`missing_backend` turns that error
 into :class:`MissingBackend`, one line naming the extra to install and the backends that are
-installed; :mod:`tfx_accum.keras_registration` raises it when Keras is first imported after
+installed; ``tfx_accum.keras_registration`` raises it when Keras is first imported after
 ``import tfx_accum`` (which every import of the model is). A Keras imported before
 ``tfx_accum`` fails with Keras's own error.
 """

@@ -1,6 +1,6 @@
 """The ``tfx-accum`` console script: the CLI, or one line when the ``tfx`` extra is missing.
 
-The CLI lives in :mod:`tfx_accum.pipeline.cli.parser`, which needs the extra; this module is in the
+The CLI lives in ``tfx_accum.pipeline.cli.parser``, which needs the extra; this module is in the
 core package so that a core-only install answers ``tfx-accum ...`` with the way out (exit
 code 2, bad set-up) instead of an import traceback.
 """

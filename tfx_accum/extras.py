@@ -1,7 +1,7 @@
 """The ``tfx`` extra: which packages the TFX parts need, and the one line when they are missing.
 
 ``pip install tfx-accum`` installs the model alone (Keras, and a backend's extra:
-:mod:`tfx_accum.backends`). The TFX Trainer and Tuner modules, the pipeline, the
+``tfx_accum.backends``). The TFX Trainer and Tuner modules, the pipeline, the
 ``tfx-accum`` command and the Kubeflow compile need ``pip install 'tfx-accum[tfx]'``. Without
 it, importing any of them raises :class:`MissingExtra` (an ``ImportError``) naming the extra,
 instead of a ``ModuleNotFoundError`` for whichever of TFX's packages happened to be imported

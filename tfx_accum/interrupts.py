@@ -42,7 +42,7 @@ from collections.abc import Iterator
 __all__ = ["handled", "ignore_further", "requested", "stop_children"]
 
 # SIGHUP: the terminal closed. Python's default kills the process at once (exit 129, the
-# temporary files and a RUNNING execution left, #32); handled as SIGTERM, unless the run was
+# temporary files and a RUNNING execution left); handled as SIGTERM, unless the run was
 # started with it ignored (``nohup``), which is kept.
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 # After a stop request, the run's child processes are stopped after this long even if the
@@ -51,7 +51,7 @@ SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 CHILDREN_GRACE_SECONDS = 5.0
 _received: list[int] = []
 # The watchdog started by the first stop request; cancelled when :func:`handled` ends, so it
-# never stops processes started after the stop was dealt with (a long-lived caller's, #37).
+# never stops processes started after the stop was dealt with (a long-lived caller's).
 _watchdogs: list[threading.Timer] = []
 
 

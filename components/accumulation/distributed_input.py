@@ -12,8 +12,8 @@ order as the trial, which trains on one device. Two things change the order unde
   apart after 18 updates). :func:`same_stream_for_every_iterator` builds the dataset
   inside ``flat_map``, so that every iterator starts a fresh shuffle with the same seeds:
   each yields the first order, the one a single device trains on. The Tuner's trials and
-  the Trainer get their streams so (``components.data.datasets.batched``), with or without a
-  strategy.
+  the Trainer get their streams so (``tfx_accum.components.data.datasets.batched``), with or without
+  a strategy.
 - **Several workers shard it.** For a file-based dataset TensorFlow's default is to give
   each worker its own files, so the global batches are not a single device's.
   :func:`shard_like_one_device` shards by elements instead: every worker reads the whole

@@ -1,4 +1,4 @@
-"""What makes gradient accumulation inexact in a given model, found by probing it (#30).
+"""What makes gradient accumulation inexact in a given model, found by probing it.
 
 Accumulation is exact when the whole batch's loss is the sum of its micro-batches' shares
 and the forward pass changes no state. Two kinds of models break that without any error,

@@ -1,4 +1,4 @@
-"""The accumulation step of :class:`GradientAccumulationModel` on the JAX backend (#35).
+"""The accumulation step of :class:`GradientAccumulationModel` on the JAX backend.
 
 Keras's JAX trainer is stateless: ``train_step(state, data)`` gets the variables' values
 and returns new ones, inside one ``jax.jit``-compiled function. This step keeps that

@@ -1,7 +1,7 @@
 """Every use of Keras internals by tfx-accum, in one place.
 
-:class:`~components.accumulation.model.GradientAccumulationModel` must compute the loss of a
-micro-batch *in parts* (numerator and denominator of each output's loss) to weight the
+:class:`~tfx_accum.components.accumulation.model.GradientAccumulationModel` must compute the loss of
+a micro-batch *in parts* (numerator and denominator of each output's loss) to weight the
 micro-batches exactly, which public Keras API does not expose. What it needs from inside
 Keras is here, each with a comment saying why:
 
@@ -53,7 +53,7 @@ from keras.src.models import functional as _functional
 from keras.src.models import model as _model
 
 # TensorFlow's strategy classes are needed on its backend only; on JAX the model runs
-# without TensorFlow installed (#35).
+# without TensorFlow installed.
 if _backend.backend() == "tensorflow":
     import tensorflow as tf
 else:
@@ -182,7 +182,7 @@ def recording_activity_losses(model: Any) -> Iterator[dict[int, str]]:
 SUM = "sum"
 MEAN = "mean"
 
-# ``Loss.__call__``'s helpers (Keras 3.8 to 3.15), for components/accumulation/loss_split.py,
+# ``Loss.__call__``'s helpers (Keras 3.8 to 3.15), for tfx_accum.components.accumulation.loss_split,
 # which takes a loss apart as Keras reduces it.
 standardize_reduction = _loss_lib.standardize_reduction
 apply_mask = _loss_lib.apply_mask
@@ -468,7 +468,7 @@ def self_check() -> None:
     version and the tested range.
 
     The probe runs in a thread of its own (``run_isolated``), whatever the caller's
-    context: its answer is the same whatever ran before it (#34).
+    context: its answer is the same whatever ran before it.
     """
     global _SELF_CHECKED
     if _SELF_CHECKED:

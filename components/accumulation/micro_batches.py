@@ -1,7 +1,7 @@
 """Where each micro-batch of one training step lies in the batch, and how it is cut out.
 
-A step of :class:`~components.accumulation.model.GradientAccumulationModel` receives the whole
-batch of ``n`` rows and cuts it into ``k`` micro-batches. Two schedules, both exact (any
+A step of :class:`~tfx_accum.components.accumulation.model.GradientAccumulationModel` receives the
+whole batch of ``n`` rows and cuts it into ``k`` micro-batches. Two schedules, both exact (any
 split of the rows is; they differ in shapes, memory and what a compiler needs):
 
 - :class:`DynamicSchedule` (no XLA): ``min(n, k)`` micro-batches whose sizes differ by at
@@ -14,8 +14,8 @@ split of the rows is; they differ in shapes, memory and what a compiler needs):
   Layers with loops of their own (LSTM, GRU, ``while_loop``) then compile; with sizes
   that depend on the loop counter, XLA cannot infer their batch dimension. On a CPU the
   ``k`` micro-batches are traced one after another instead of in loops (``unrolled``):
-  XLA's CPU backend compiles convolution gradients inside a ``while`` loop to code about
-  50x slower than the same convolutions outside one (``bench.speed``'s conv net); the
+  XLA's CPU backend compiles convolution gradients inside a ``while`` loop to code many
+  times slower than the same convolutions outside one (``bench.speed``'s conv net); the
   order of the traced micro-batches is then left to XLA's (memory-aware) scheduler.
 
 Dense tensors are cut by slicing; in the static schedule each loop's slice size is a

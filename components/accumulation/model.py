@@ -2,8 +2,8 @@
 
 This module holds the model (its arguments, the loss split into exact shares, the
 warnings and refusals, all backend-independent) and TensorFlow's step, described below;
-JAX's step is :mod:`components.accumulation.jax_step` and PyTorch's
-:mod:`components.accumulation.torch_step`, which reuse the rest.
+JAX's step is ``tfx_accum.components.accumulation.jax_step`` and PyTorch's
+``tfx_accum.components.accumulation.torch_step``, which reuse the rest.
 
 One ``fit`` step receives the whole effective batch, cuts it into ``k`` micro-batches,
 runs forward and backward on them one after another inside a ``tf.while_loop`` (so only
@@ -26,7 +26,7 @@ model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
 model.fit(x, y, batch_size=128)  # each step: 4 micro-batches of 32, one update
 ```
 
-How a micro-batch's share is computed (see :mod:`components.accumulation.loss_split`): each
+How a micro-batch's share is computed (see ``tfx_accum.components.accumulation.loss_split``): each
 output's compiled loss is called through its own ``__call__`` and every reduction Keras makes
 there is split into the numerator and denominator Keras would reduce it with
 (``"sum_over_batch_size"``: elements, or valid elements under a mask;
@@ -59,7 +59,8 @@ from tfx_accum.components.accumulation.multi_worker_strategy import (
 )
 
 # The step below is TensorFlow's; on the JAX and PyTorch backends the model trains through
-# components/accumulation/jax_step.py and torch_step.py, and TensorFlow need not be installed.
+# tfx_accum.components.accumulation.jax_step and torch_step, and TensorFlow need not be
+# installed.
 _BACKEND = keras.backend.backend()
 if _BACKEND == "tensorflow":
     import tensorflow as tf
@@ -434,8 +435,8 @@ class GradientAccumulationModel(keras.Model):
 
     def _find_inexact_cases(self, x, values=None) -> None:
         """Once per model, when its step is first traced: the layers that assign state in
-        their training forward pass (components/accumulation/inexact_cases.py; ``values``: see
-        there)."""
+        their training forward pass (tfx_accum.components.accumulation.inexact_cases; ``values``:
+        see there)."""
         if getattr(self, "_inexact_probed", False):
             return
         object.__setattr__(self, "_inexact_probed", True)
@@ -627,8 +628,9 @@ class GradientAccumulationModel(keras.Model):
         """One update from one batch: Keras's ``train_step`` for this backend.
 
         TensorFlow calls it with ``(data)``; JAX with ``(state, data)`` (its stateless
-        trainer), which :func:`components.accumulation.jax_step.train_step` serves; PyTorch
-        with ``(data)``, served by :func:`components.accumulation.torch_step.train_step`.
+        trainer), which :func:`tfx_accum.components.accumulation.jax_step.train_step` serves;
+        PyTorch with ``(data)``, served by
+        :func:`tfx_accum.components.accumulation.torch_step.train_step`.
         """
         if _BACKEND == "jax":
             object.__setattr__(self, "_entered_train_step", True)

@@ -3,7 +3,8 @@
 A Trainer that spans machines runs the same ``run_fn`` in every worker process, with
 ``TF_CONFIG`` naming the cluster (Vertex AI Training and Kubeflow's Training Operator set
 it; so does a test on the loopback address). All workers train together under
-``MultiWorkerMirroredStrategy`` (:func:`components.accumulation.strategy.choose_strategy`); the
+``MultiWorkerMirroredStrategy``
+(:func:`tfx_accum.components.accumulation.strategy.choose_strategy`); the
 **chief** alone writes what the pipeline keeps: the serving model, the TensorBoard logs,
 the budget, the training-state backups. As TensorFlow's multi-worker guide says, the
 other workers still run every save (a save may take part in collective operations), into

@@ -6,7 +6,7 @@ that dict typed and checked: the pipeline writes it with :func:`module_config` (
 :meth:`ModuleConfig.from_custom_config`, which runs the same checks. A misspelt key fails
 where the pipeline is written, with the closest key (search-space keys included), and
 would fail with the same line in the Tuner before any work. For a model function it also
-writes ``model_code``, the code's key (components/config/model_code.py), so that TFX's
+writes ``model_code``, the code's key (tfx_accum.components.config.model_code), so that TFX's
 cache runs the Tuner and Trainer again when the model's module changes.
 
 Importing this module is cheap (no TensorFlow), so a pipeline file and the command line
@@ -207,7 +207,7 @@ def module_config(**keys: Any) -> dict[str, Any]:
 
     For a model function (and ``model_hyperparameters``' function), ``model_code`` is
     filled in with the code of their modules and of what they import from the user's
-    directory (components/config/model_code.py): TFX's cache key is the component's
+    directory (tfx_accum.components.config.model_code): TFX's cache key is the component's
     properties, ``custom_config`` among them, so an edited model is searched and trained
     again. A ``model_code`` given is kept only where their modules are not found here (a
     pipeline compiled for an image that holds them).

@@ -4,7 +4,7 @@ The same checks run for two readers: a TFX user who wrote ``custom_config`` in a
 and a user of the command line who typed flags. A message names the setting as its reader
 wrote it, so the checks that both share (the columns, the task, the model choice) take a
 :class:`SettingWords` from their caller: :data:`CUSTOM_CONFIG` by default (the Tuner and
-Trainer modules), the command line's own (``pipeline/cli/arguments.py``: ``--categorical``).
+Trainer modules), the command line's own (``tfx_accum.pipeline.cli.arguments``: ``--categorical``).
 
 No imports: every layer may use it.
 

@@ -42,15 +42,15 @@ __all__ = [
 
 
 MODEL_NAMES = ("cnn", "mlp", "densenet121")
-# Or your own model: "package.module:function" (see components/models/custom_model.py).
+# Or your own model: "package.module:function" (see tfx_accum.components.models.custom_model).
 MODEL_FUNCTION = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*$")
 IMAGE_MODELS = ("cnn", "densenet121")  # read the features as a square pixel grid
 DEFAULT_MODEL = "mlp"  # tabular; the embedded digits (an 8x8 image) get "cnn"
 LABEL_KEY = "label"
 # Keras mixed-precision policies the Tuner's and Trainer's models can compute in
-# (``--precision``; components/models/models.py applies them). float16 wants a GPU (Keras wraps
-# the optimizer for loss scaling), bfloat16 a TPU or a recent GPU; the variables and the
-# output layer stay float32 either way.
+# (``--precision``; tfx_accum.components.models.models applies them). float16 wants a GPU
+# (Keras wraps the optimizer for loss scaling), bfloat16 a TPU or a recent GPU; the variables
+# and the output layer stay float32 either way.
 PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
 DEFAULT_PRECISION = "float32"  # tfx-accum run; compile: the node pool's (node_pools.yaml)
 TRAIN_STEPS = 300  # Trainer optimizer updates, each one whole effective batch
@@ -91,19 +91,21 @@ class ModelSettings:
 
     ``task``: ``classification``, ``regression`` (``--task``), or what the command line's
     data check decided (``multiclass``, ``binary``, ``regression``); None: inferred from the
-    statistics (components/config/tasks.py). ``features``/``exclude_features``: the columns the
-    model gets (components/data/columns.py); ``categorical_features``: integer columns that are
-    categories, not quantities. ``precision``: the Keras dtype policy the model is built
-    under (:data:`PRECISIONS`). ``model_hyperparameters``: ``package.module:function``
-    returning the ``keras_tuner.HyperParameters`` a model function reads but does not
-    declare (TFX's penguin example's ``_get_hyperparameters``); searched with the rest.
+    statistics (tfx_accum.components.config.tasks). ``features``/``exclude_features``: the
+    columns the model gets (tfx_accum.components.data.columns); ``categorical_features``:
+    integer columns that are categories, not quantities. ``precision``: the Keras dtype
+    policy the model is built under (:data:`PRECISIONS`). ``model_hyperparameters``:
+    ``package.module:function`` returning the ``keras_tuner.HyperParameters`` a model
+    function reads but does not declare (TFX's penguin example's ``_get_hyperparameters``);
+    searched with the rest.
     ``model_code``: a model function's files and their SHA-256
-    (components/config/model_code.py), so that TFX's cache key holds the code; ``{}``
+    (tfx_accum.components.config.model_code), so that TFX's cache key holds the code; ``{}``
     for a built-in model, and then left out of ``custom_config``.
     """
 
     model: str = DEFAULT_MODEL
-    num_classes: int | None = None  # None: inferred from the labels (components/config/tasks.py)
+    # None: inferred from the labels (tfx_accum.components.config.tasks)
+    num_classes: int | None = None
     label_key: str = LABEL_KEY
     task: str | None = None
     features: tuple[str, ...] | None = None

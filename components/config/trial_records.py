@@ -21,12 +21,12 @@ TRIAL_SPEED = "examples_per_second"  # steady training throughput (tuner.EpochTi
 TRIAL_PEAK_MEMORY = "peak_memory_mb"  # GPU allocator peak, or the process's peak RSS on CPU
 TRIAL_REUSED_FROM = "reused_from"  # the trial whose score an exact duplicate reuses
 # Added to the best hyperparameters when the Tuner picks a faster split of the best
-# trial's effective batch (components/search/search_policy.py: choose_trainer_split).
+# trial's effective batch (tfx_accum.components.search.search_policy: choose_trainer_split).
 RESPLIT_FROM_TRIAL = "resplit_from_trial"
 RESPLIT_FROM_SPLIT = "resplit_from_split"
 RESPLIT_SPEEDUP = "resplit_speedup"
 # Values a trial or the Tuner's decision records beside the hyperparameters: never part of
-# what decides the trained model (components/search/search_policy.py: duplicate_key).
+# what decides the trained model (tfx_accum.components.search.search_policy: duplicate_key).
 TRIAL_RECORDED = (
     TRIAL_EXAMPLES,
     TRIAL_SCORED_ON,
@@ -45,7 +45,7 @@ class TunerDecision:
 
     The Tuner writes it as Keras Tuner's ``best_hyperparameters`` config (TFX's
     ``best_hyperparameters.txt``): the best trial's values, with the fastest exact split of
-    its effective batch (components/search/search_policy.py) and where that split came from.
+    its effective batch (tfx_accum.components.search.search_policy) and where that split came from.
     The Trainer and the run summary both read it through :meth:`from_config`.
     """
 

@@ -3,10 +3,11 @@
 ExampleValidator compares the data's statistics with the schema and records what it finds
 (``Split-<name>/SchemaDiff.pb``, TFDV's ``Anomalies`` per split), but TFX stops nothing on
 them: the run used to train, bless and push on data outside the schema's ranges without a
-word (#32). :func:`read_anomalies` gives them one line each (the run's summary prints them);
-with ``fail_on_anomalies`` the Tuner and Trainer components (components/data/component_inputs.py)
-take ExampleValidator's output as an input and refuse to start on data with anomalies, so
-nothing is trained: :class:`AnomaliesFound`, which the command turns into exit code 2.
+word. :func:`read_anomalies` gives them one line each (the run's summary prints them);
+with ``fail_on_anomalies`` the Tuner and Trainer components
+(tfx_accum.components.data.component_inputs) take ExampleValidator's output as an input
+and refuse to start on data with anomalies, so nothing is trained: :class:`AnomaliesFound`,
+which the command turns into exit code 2.
 """
 
 from __future__ import annotations

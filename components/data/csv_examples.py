@@ -2,9 +2,9 @@
 
 TFX's CSV executor parses every line into Python lists of cells, makes a ``tf.train.Example``
 per row in Python, infers the column types in a combine that Beam feeds from the same
-materialised lines, hashes each example to its split and reshuffles them all before writing
-(#31: 1M rows x 65 columns took 284 s at 6.5 GiB; 2M x 4, 234 s). Here the CSV is read twice
-in chunks of ``CHUNK_ROWS`` rows by pyarrow's streaming reader: once to infer the column
+materialised lines, hashes each example to its split and reshuffles them all before writing,
+so its time and memory grow with the rows (bench/example_gen.py measures the two). Here the CSV is
+read twice in chunks of ``CHUNK_ROWS`` rows by pyarrow's streaming reader: once to infer the column
 types by TFX's rules (``tfx_bsl.coders.csv_decoder``: int64, else float, else bytes; a column
 with no value is typeless), once to encode the rows and append them to the splits' gzipped
 TFRecord files, written by a second thread. Memory is two chunks, whatever the rows.
@@ -16,14 +16,15 @@ deterministic serialisation (``base_example_gen_executor._PartitionFn``), so the
 encoded as exactly those bytes: each column's map entries, joined in key order. Numeric and
 typeless columns are encoded with numpy (a fixed layout per value); text columns, and
 columns with names of 100 bytes or more, by tfx_bsl's C++ ``tf.Example`` coder one column at
-a time (1.2 us a cell, and it orders a map's entries arbitrarily, so not for whole rows).
+a time (slower than numpy per cell, and it orders a map's entries arbitrarily, so not for
+whole rows).
 The order of the records in a file differs (TFX's is a random shuffle), as the file names
 may (a large input is spread over up to :data:`MAX_SHARDS` files per split) and the gzip
 level. Configurations this does not cover
 (another payload or file format, a partition feature) run TFX's executor unchanged.
 
 ExampleGen's ``custom_config`` may name cells to read as empty (``--missing-values``:
-:mod:`~tfx_accum.components.data.missing_values`): ``N/A`` in a column of numbers is then a
+``tfx_accum.components.data.missing_values``): ``N/A`` in a column of numbers is then a
 missing value, not a cell that makes the column text. TFX's executor has
 no such option, so a configuration it would run refuses them.
 """
@@ -43,7 +44,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import tensorflow as tf
-from pyarrow import csv as pa_csv
 from tfx.components.example_gen import utils, write_split
 from tfx.components.example_gen.csv_example_gen import executor as csv_executor
 from tfx.dsl.io import fileio
@@ -52,11 +52,11 @@ from tfx.types import artifact_utils, standard_component_specs
 from tfx.utils import io_utils, proto_utils
 from tfx_bsl.coders import csv_decoder, example_coder
 
+from tfx_accum.components.data.csv_reader import read_rows
 from tfx_accum.components.data.missing_values import configured_missing_values
 
 ColumnType = csv_decoder.ColumnType
 CHUNK_ROWS = 32_768  # rows encoded at a time: bounds the memory
-BLOCK_BYTES = 8 * 2**20  # pyarrow's read block
 # gzip's fastest level: a quarter of level 6's CPU (Beam's, TFX's files) on float data, for
 # files about 15% larger; the records, and so what every reader gets, are the same.
 # Beam reads a gzipped file in one piece, by one worker: a split in one file is read by one
@@ -84,20 +84,7 @@ def read_chunks(
     """The rows after the header, every column as text, an empty cell (or one of
     ``missing_values``) as null, in chunks."""
     source = path if "://" not in path else pa.PythonFile(fileio.open(path, "rb"), mode="r")
-    reader = pa_csv.open_csv(
-        source,
-        read_options=pa_csv.ReadOptions(
-            column_names=names, skip_rows=1, block_size=BLOCK_BYTES, use_threads=True
-        ),
-        parse_options=pa_csv.ParseOptions(newlines_in_values=True, ignore_empty_lines=True),
-        convert_options=pa_csv.ConvertOptions(
-            column_types={name: pa.string() for name in names},
-            null_values=["", *missing_values],
-            strings_can_be_null=True,
-            quoted_strings_can_be_null=True,
-        ),
-    )
-    for batch in reader:
+    for batch in read_rows(source, names, missing_values):
         for start in range(0, batch.num_rows, CHUNK_ROWS):
             yield batch.slice(start, CHUNK_ROWS)
 

@@ -1,14 +1,14 @@
 """The Tuner's and Trainer's data: the description from TFX's artifacts, and the splits.
 
-:func:`describe_data` makes the data description (components/data/features.py) from the
+:func:`describe_data` makes the data description (tfx_accum.components.data.features) from the
 schema and StatisticsGen's statistics, which the Tuner and Trainer components receive as
-an input (components/data/component_inputs.py puts its location in ``custom_config``).
+an input (tfx_accum.components.data.component_inputs puts its location in ``custom_config``).
 
 :func:`read_splits` reads the examples through ``fn_args.data_accessor`` (TFX's TFXIO
 reader, parsing by the schema) and preprocesses them with the Keras layers that are
 exported with the model. TFX batches datasets at one fixed size; tuning batch sizes needs
-per-trial batching (tfx #3591), so the splits are unbatched and each trial or training run
-batches them at its own effective batch.
+per-trial batching (https://github.com/tensorflow/tfx/issues/3591), so the splits are unbatched and
+each trial or training run batches them at its own effective batch.
 
 The Tuner and Trainer never read ExampleGen's eval split: the Evaluator blesses on it. Both
 hold out every ``VALIDATION_EVERY``-th example of the training split as their own
@@ -73,7 +73,7 @@ def load_schema(schema_path: str) -> schema_pb2.Schema:
 
 def examples_schema(fn_args) -> schema_pb2.Schema:
     """The schema the examples are parsed by: Transform's transformed schema where the
-    component has a ``transform_graph`` (components/data/transform.py), else ``schema``'s."""
+    component has a ``transform_graph`` (tfx_accum.components.data.transform), else ``schema``'s."""
     path = transform_output_path(fn_args)
     return transformed_schema(path) if path else load_schema(fn_args.schema_path)
 
@@ -154,7 +154,7 @@ def _parsed(fn_args, files: list[str], schema: schema_pb2.Schema) -> tf.data.Dat
     (tests/data/test_parsed_order.py). One dataset over all the files, not one per file:
     each would build the parsing of every feature again. The same batches are read without
     TFXIO's per-record handoff between threads where a probe of the schema shows they are
-    the same (components/data/tfxio_parsing.py; bench.tfx_floor measures both).
+    the same (tfx_accum.components.data.tfxio_parsing; bench.tfx_floor measures both).
     """
     from tfx_bsl.public import tfxio
 
@@ -328,8 +328,8 @@ class HeldInMemory:
     """The first ``count`` examples of a split, read once and held as tensors.
 
     A search reads the same prefix of the training stream and the same held-out examples
-    in every trial and every epoch; parsing them from ExampleGen's files each time cost a
-    trial ten times its training (#31: 2M rows, a trial 42 s of which the model 2 s).
+    in every trial and every epoch; parsing them from ExampleGen's files each time costs a
+    trial many times its training on a large table.
     Holding them changes nothing that is read: the same examples in the same order.
     """
 
@@ -351,8 +351,8 @@ def held_parts(splits: Splits, train: int, validation: int) -> tuple[HeldInMemor
     """``HeldInMemory.first(splits.train, train)`` and ``.first(splits.validation,
     validation)``, from one pass over the split's first examples, held out with numpy.
 
-    The two reads each went through the split's first examples one example at a time
-    (``unbatch``, ``filter``): 7.8 s for 206k training and 50k held-out examples.
+    One pass in batches, not two reads that each go through the split's first examples one
+    example at a time (``unbatch``, ``filter``), whose cost grows with the examples held.
     """
     every = VALIDATION_EVERY
 
@@ -403,7 +403,8 @@ def batched(
 
     Every iterator of a shuffled result yields the same stream, the first one's: under a
     distribution strategy Keras's ``fit`` reads a dataset once before training, which
-    would otherwise move the seeded shuffle on (components/accumulation/distributed_input.py).
+    would otherwise move the seeded shuffle on
+    (tfx_accum.components.accumulation.distributed_input).
     """
 
     def stream() -> tf.data.Dataset:

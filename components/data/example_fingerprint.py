@@ -6,19 +6,19 @@ said "blessed: yes", and a later retrain failed with ``DataLossError: truncated 
 naming no file. So ExampleGen here records, beside its output, the size and SHA-256 of every
 file it wrote (``FINGERPRINT_FILE`` in the artifact's directory, written atomically after
 the files), and :func:`check` compares them again: the local runner calls it before a run
-(``pipeline/checks/cache_check.py``) and makes ExampleGen run again when they differ.
+(``tfx_accum.pipeline.checks.cache_check``) and makes ExampleGen run again when they differ.
 
 The components are TFX's ``CsvExampleGen`` and ``ImportExampleGen`` with an executor that
 runs TFX's and then writes the fingerprint (TFX's public way to extend a component, as in
-``components/training/pusher.py``); their ids stay ``CsvExampleGen`` and ``ImportExampleGen``. The
-CSV one converts in bounded memory (``components/data/csv_examples.py``, #31), writing what
-TFX's executor writes.
+``tfx_accum.components.training.pusher``); their ids stay ``CsvExampleGen`` and
+``ImportExampleGen``. The CSV one converts in bounded memory
+(``tfx_accum.components.data.csv_examples``), writing what TFX's executor writes.
 
 **Their input, by content.** TFX's driver fingerprints the input files by count, size and
 modification time to the second (``tfx.utils.io_utils.generate_fingerprint``): a file
 rewritten with other values at the same size and time (``touch -r``, or within the same
 second) kept the same fingerprint, so every component came from the cache and the run
-reported the old model as blessed (#32). :class:`ContentFingerprintDriver` adds the SHA-256
+reported the old model as blessed. :class:`ContentFingerprintDriver` adds the SHA-256
 of the matched files' contents to that fingerprint, one streamed read per run; the cache
 key of ExampleGen, and so of everything after it, changes with the data. (Kubeflow's
 compiled ExampleGen runs TFX's own driver step, which this does not replace.) The user's
@@ -204,7 +204,7 @@ class ImportSchemaGenSpec(standard_component_specs.ImportSchemaGenSpec):
 
 class ImportSchemaGen(import_schema_component.ImportSchemaGen):
     """``tfx.components.ImportSchemaGen`` whose cache key holds the schema file's SHA-256
-    (TFX's holds its path only: an edited schema was served from the cache, #32)."""
+    (TFX's holds its path only: an edited schema was served from the cache)."""
 
     SPEC_CLASS = ImportSchemaGenSpec
 

@@ -18,18 +18,18 @@ once; the Tuner, the Trainer, the model, the export and the run summary use it:
   StatisticsGen's rank histogram); a missing or unseen value maps to index 0;
 - ``image`` (BYTES whose values are PNG or JPEG files, seen in the first examples): decoded
   and resized to the first image's size, scaled to [0, 1];
-- the label and the task (components/config/tasks.py): classes (indices, or text with a sorted
-  vocabulary) or a regression target with its mean and variance (the model learns the
+- the label and the task (tfx_accum.components.config.tasks): classes (indices, or text
+  with a sorted vocabulary) or a regression target with its mean and variance (the model learns the
   standardised target; the export predicts in the label's units).
 
-Inside the model every input is named by a valid Keras name (components/data/columns.py); the
+Inside the model every input is named by a valid Keras name (tfx_accum.components.data.columns); the
 raw ``tf.Example`` keys stay the data's own. For the built-in models (``numeric_vector``,
 set by :func:`describe`) the numeric columns enter as one ``(batch, n)`` input,
 ``NUMERIC_VECTOR``, in the description's order: a table of 5,000 columns is one tensor to
-slice into micro-batches and trace, not 5,000 (measured once on 1,000 rows x 5,000 columns,
-2 busy cores: the first epoch took 445 s with one input per column, 11 s as one vector).
+slice into micro-batches and trace, not 5,000: tracing one input per column makes the first
+epoch of a wide table many times slower.
 A model function keeps one input per
-feature (components/models/custom_model.py: its documented contract).
+feature (tfx_accum.components.models.custom_model: its documented contract).
 
 :class:`Preprocessor` (Keras layers) maps raw features to the model's inputs: it runs in
 the ``tf.data`` input pipeline during training (so the training step holds dense tensors
@@ -43,7 +43,7 @@ Example::
     inputs = Preprocessor(data)(parse_raw(serialized, data))
 
 The raw tensors themselves (``parse_raw``, ``dense_raw``) come from
-components/data/raw_features.py.
+tfx_accum.components.data.raw_features.
 
 Size (over 500 lines): the description and the in-model preprocessing are one contract (the
 serving signature takes what ``describe`` names); split, each half would restate the other.
@@ -77,7 +77,6 @@ from tfx_accum.components.data.feature_kinds import (
     TENSOR,
     is_image,
 )
-from tfx_accum.components.data.raw_features import raw_spec
 from tfx_accum.components.data.statistics import SplitStatistics
 
 MIN_PRESENT = 10  # numeric values below which a feature's spread cannot be trusted
@@ -155,7 +154,7 @@ class DataDescription:
     num_classes: int | None  # None for regression
     label_vocabulary: tuple[str, ...] = ()  # text labels; empty for class indices
     rows: int = 0  # training examples the statistics are over
-    task: str = ""  # components/config/tasks.py; "" reads as multiclass (older callers)
+    task: str = ""  # tfx_accum.components.config.tasks; "" reads as multiclass (older callers)
     label_raw_dtype: str = "int64"
     label_mean: float = 0.0  # regression: the target's training mean and variance
     label_variance: float = 1.0
@@ -470,21 +469,6 @@ def say_near_constant(
             f"so their normalisation uses a variance floor; {words.name('exclude_features')} "
             "to drop them"
         )
-
-
-def first_bytes_values(records: tf.data.Dataset, schema: schema_pb2.Schema, rows: int = 256):
-    """The BYTES features' values in the first ``rows`` serialized examples (a sample, to
-    tell images from text: the statistics do not say)."""
-    names = [f.name for f in schema.feature if f.type == schema_pb2.BYTES]
-    if not names:
-        return {}
-    spec = raw_spec({n: "string" for n in names})
-    sample: dict[str, list[bytes]] = {n: [] for n in names}
-    for batch in records.take(rows).batch(rows):
-        parsed = tf.io.parse_example(batch, spec)
-        for name in names:
-            sample[name] = [v for v in parsed[name].flat_values.numpy().tolist() if v]
-    return sample
 
 
 @keras.saving.register_keras_serializable("tfx_accum")

@@ -2,7 +2,7 @@
 
 TFX's ExampleGen hands its executor a ``custom_config`` (``example_gen_pb2.CustomConfig``, an
 ``Any``): here a ``Struct`` ``{"missing_values": ["N/A", "-"]}``, written by the pipeline and
-read by the streaming CSV executor (components/data/csv_examples.py). Being an execution
+read by the streaming CSV executor (tfx_accum.components.data.csv_examples). Being an execution
 property, it is part of ExampleGen's cache key, so a changed list reads the data again.
 
 Example:

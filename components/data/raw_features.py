@@ -1,7 +1,7 @@
 """Serialized or parsed ``tf.Example`` features to the dense raw tensors the Preprocessor takes.
 
-One contract for training (TFXIO's dense and sparse tensors, components/data/datasets.py)
-and serving (``tf.io.parse_example``'s ragged tensors, components/training/export.py): each
+One contract for training (TFXIO's dense and sparse tensors, tfx_accum.components.data.datasets)
+and serving (``tf.io.parse_example``'s ragged tensors, tfx_accum.components.training.export): each
 feature becomes its examples' first value, ``(batch, 1)``, with a fill where an example has
 none (numbers: NaN, which the model's ``FillMissing`` replaces with the training mean;
 categories: -1; strings: ""); image bytes stay ``(batch,)``.
@@ -9,10 +9,9 @@ categories: -1; strings: ""); image bytes stay ``(batch,)``.
 The numeric columns that arrive ragged (every one, in serving) are taken in one block:
 their values concatenated, their row splits stacked, each example's first value gathered
 at once, so the graph holds a fixed number of ops whatever the width. Per column, a ragged
-``to_tensor`` is a dozen ops: on 5,000 columns the serving function had 15,000 ops, took
-7.5 s to trace and 18 s on its first call (TensorFlow's graph optimisation), in every
-process that loads it; the block is a few ops. Both give the same values (tests/data/
-test_raw_features.py).
+``to_tensor`` is a dozen ops: on 5,000 columns the serving function would have 15,000 ops
+to trace and optimise on its first call, in every process that loads it; the block is a few ops.
+Both give the same values (tests/data/test_raw_features.py).
 
 Example::
 
@@ -30,7 +29,7 @@ import tensorflow as tf
 
 from tfx_accum.components.data.feature_kinds import CATEGORICAL, NUMERIC, STRING, TENSOR
 
-if TYPE_CHECKING:  # features.py imports this module
+if TYPE_CHECKING:  # tfx_accum.components.data.features imports this module
     from tfx_accum.components.data.features import DataDescription, InputFeature
 
 

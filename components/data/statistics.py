@@ -4,7 +4,7 @@ StatisticsGen writes one ``DatasetFeatureStatisticsList`` per split
 (``<uri>/Split-<split>/FeatureStats.pb``) over the *whole* split: for every feature the
 number of examples with and without a value, numeric mean, standard deviation, minimum and
 maximum, and for text the distinct values with their counts (the rank histogram). The
-data description (:mod:`components.data.features`) is made from these and the schema, instead
+data description (``tfx_accum.components.data.features``) is made from these and the schema, instead
 of a pass of our own over the data.
 
 Example:

@@ -1,12 +1,12 @@
-"""TFXIO's parsing of ``tf.Example`` files, without its per-record reader handoff (#31).
+"""TFXIO's parsing of ``tf.Example`` files, without its per-record reader handoff.
 
 The Tuner and Trainer read the training split through ``fn_args.data_accessor`` (TFX's
 TFXIO for ExampleGen's and Transform's ``tf.Example`` files). TFXIO's ``TensorFlowDataset``
 reads the files through a parallel ``interleave`` of one ``TFRecordDataset`` per file,
 which hands every record from a reader thread to the consumer, then parses batches with
-TFXIO's parser configuration for the schema. At 1M rows x 64 columns the handoff was most
-of the Tuner's read: 9.3 s for its first 257,024 examples, of which reading the same bytes
-with one ``TFRecordDataset`` and parsing them took 2.0 s (2 CPUs).
+TFXIO's parser configuration for the schema. On a large table the handoff is most of the
+Tuner's read: reading the same bytes with one ``TFRecordDataset`` and parsing them takes a
+fraction of the time (bench/tfx_floor.py reads both ways).
 
 :func:`parsed_batches` does that: the files one after another in name order (the order in
 which TFXIO reads them with one reader thread, tests/data/test_parsed_order.py), each batch
@@ -16,7 +16,7 @@ checked, not assumed: on up to :data:`PROBE_FEATURES` of the schema's features, 
 batch read this way must equal the accessor's; where it does not (a data view, another
 payload format) the accessor's dataset is used as it is. Never other tensors; at worst the
 accessor's speed. The probe, not the whole schema: building TFXIO's dataset of every
-feature cost 4.8 s at 5,000 columns, and its first batch 1.5 s more.
+feature grows with the columns, and so does its first batch.
 
 The one private call: ``TFExampleRecord._GetTfExampleParserConfig`` (tfx-bsl 1.16.x, the
 configuration TFXIO's own ``TensorFlowDataset`` parses with); tests/data/test_tfxio_parsing.py
@@ -97,7 +97,7 @@ def _read_and_parse(
         records(files)
         .batch(batch_size)
         # TFXIO's own parsing op: a map of tf.io.parse_example would trace a function of
-        # every feature (12.9 s to build at 5,000 columns, against 1.4 s).
+        # every feature, many times slower to build on a wide schema.
         .apply(tf.data.experimental.parse_example_dataset(config))
     )
     if any(name != tensor for name, tensor in tensor_names.items()):

@@ -1,6 +1,6 @@
 """Your own Keras model in the pipeline: ``custom_config['model'] = 'package.module:function'``.
 
-The function is one of three kinds (components/models/model_function.py): TFX's
+The function is one of three kinds (tfx_accum.components.models.model_function): TFX's
 (no arguments), Keras Tuner's (``hp``), or tfx-accum's (``features``, ...). What its model
 must be, and what is done with it:
 
@@ -15,19 +15,19 @@ Either way the model gets exactly the inputs it declares: the features it leaves
 named in one console line, not read, and not served; an input that is not a feature is an
 error naming the features closest to it. Built with ``tf.keras``, an input that no layer
 reads (Keras 2 allowed it; Keras 3 refuses the model) is left out
-(components/models/tf_keras_compat.py, which also makes ``tf.keras`` Keras 3 while the
+(tfx_accum.components.models.tf_keras_compat, which also makes ``tf.keras`` Keras 3 while the
 function runs, whatever ``TF_USE_LEGACY_KERAS`` says).
 
 **Output.** One output: the class probabilities (``num_classes`` units) or their logits,
 or for two classes one unit (class 1's probability, a sigmoid, or its logit; TFX's taxi
 example); for regression one unit, the label's value (TFX's and Keras Tuner's functions:
 the label as it is; tfx-accum's: the standardised label). The export serves probabilities either way
-(components/training/export.py).
+(tfx_accum.components.training.export).
 
 **Compile.** The model is wrapped with ``GradientAccumulationModel.from_model`` (weights
 shared) and compiled with your loss, metrics and optimizer class (its configuration, at the
 trial's learning rate); the task's metrics are added beside yours (the Tuner ranks by them:
-components/models/task_compile.py). Without a compile: the task's loss (of logits, if the
+tfx_accum.components.models.task_compile). Without a compile: the task's loss (of logits, if the
 last layer has no activation) and Adam.
 
 Under ``precision`` ``mixed_float16`` (or ``mixed_bfloat16``) the function is called with
@@ -347,8 +347,8 @@ def by_name(model: keras.Model, data: DataDescription | None = None) -> keras.Mo
     if len(output.shape) == 1:  # (batch,): one unit, as the losses and the export read it
         output = keras.layers.Reshape((1,), name="one_unit")(output)
     if output.dtype != "float32":
-        # Built under mixed precision (components/models/models.py): float32 outputs, as Keras
-        # recommends (a float32 loss, and the served scores are float32).
+        # Built under mixed precision (tfx_accum.components.models.models): float32 outputs,
+        # as Keras recommends (a float32 loss, and the served scores are float32).
         output = keras.layers.Activation("linear", dtype="float32", name="float32_output")(output)
     return keras.Model(inputs, output, name=f"{model.name}_by_name")
 

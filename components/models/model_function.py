@@ -33,13 +33,13 @@ The function is told apart by its signature (``inspect.signature``); three kinds
    ``{input name: column name}``; one that takes ``feature_stats`` gets ``{"mean": {...},
    "variance": {...}, "vocabulary": {...}}`` of the training split per numeric (or
    string) input, for a ``keras.layers.Normalization``. Input names are the data's column
-   names where those are valid Keras names, else a safe version (components/data/columns.py).
+   names where those are valid Keras names, else a safe version (tfx_accum.components.data.columns).
 
 Anything else (a required argument that is none of these) is refused in one line that
 says which signatures are accepted.
 
-The call runs with ``tf.keras`` as Keras 3 (components/models/tf_keras_compat.py); what
-the model must then be is components/models/custom_model.py's.
+The call runs with ``tf.keras`` as Keras 3 (tfx_accum.components.models.tf_keras_compat); what
+the model must then be is tfx_accum.components.models.custom_model's.
 """
 
 from __future__ import annotations
@@ -119,7 +119,7 @@ def load_function(
     module_name, _, function_name = reference.partition(":")
     where = f"{words.name(key)} {reference!r}"
     # Found on the module search path only: no directory is added here (the command line
-    # adds the current directory explicitly, and says so: pipeline/checks/model_path.py).
+    # adds the current directory explicitly, and says so: tfx_accum.pipeline.checks.model_path).
     try:
         module = importlib.import_module(module_name)
     except Exception as error:  # noqa: BLE001 - any import failure is the user's to see

@@ -1,8 +1,8 @@
 """Which built-in model suits which data: the rules, once (no TensorFlow).
 
 The command line applies them before anything runs (exit 2 with the message), and
-``build_model`` applies them again where it builds (components/models/models.py), so a Kubeflow
-run that no check saw fails with the same one line.
+``build_model`` applies them again where it builds (tfx_accum.components.models.models),
+so a Kubeflow run that no check saw fails with the same one line.
 
 - the default: ``cnn`` for an image feature, or for the embedded 8x8 digits (a square
   pixel grid); ``mlp`` for other tables. Never a silent reshaping of arbitrary columns;

@@ -1,18 +1,18 @@
 """The model architectures the Trainer and Tuner can build, all as GA models.
 
 Every model takes a dict of preprocessed features keyed by their input names
-(``components/data/features.py``: the numeric columns as one ``(batch, n)`` vector, or for a
+(``tfx_accum.components.data.features``: the numeric columns as one ``(batch, n)`` vector, or for a
 model function one ``(batch, 1)`` number per numeric column; one index per
 string or categorical column, one ``(batch, height, width, channels)`` image per image
 feature), normalises numbers with statistics of the training split, and outputs what the
-task needs (``components/config/tasks.py``): class probabilities (``scores``), or one value
+task needs (``tfx_accum.components.config.tasks``): class probabilities (``scores``), or one value
 (``predictions``, the standardised regression target). The loss and metrics per task are
-in ``components/models/task_compile.py``.
+in ``tfx_accum.components.models.task_compile``.
 
 - ``cnn``: a small convolutional network on the image feature, or on the numeric columns
   as a square image (the 8x8 digits CSV); no BatchNormalization, so accumulation is exact.
 - ``mlp``: two dense layers, for tabular data (numeric and string columns).
-- ``package.module:function``: your own model (components/models/custom_model.py): a TFX
+- ``package.module:function``: your own model (tfx_accum.components.models.custom_model): a TFX
   module's own function, as written, or one of tfx-accum's contract.
 - ``densenet121``: the StackOverflow question's setup: DenseNet121 (``weights=None``) on
   the image (at least 32x32, three channels). It has BatchNormalization, so accumulation

@@ -1,7 +1,7 @@
 """Stops training when the loss is no longer a finite number.
 
 A model whose loss became NaN went on for every remaining update, the Trainer said "done",
-and the Evaluator then failed deep inside TFMA (#32). ``StopOnNonFiniteLoss`` ends ``fit`` at
+and the Evaluator then failed deep inside TFMA. ``StopOnNonFiniteLoss`` ends ``fit`` at
 the first update whose loss is NaN or infinite with :class:`NonFiniteLoss`, one line naming
 the epoch, the update and the usual remedies: the Trainer fails before anything is
 exported (so nothing is evaluated or pushed), and a Tuner trial fails

@@ -1,11 +1,12 @@
-"""The loss and metrics each task trains with (components/config/tasks.py), for every model.
+"""The loss and metrics each task trains with (tfx_accum.components.config.tasks), for every model.
 
 - ``multiclass``: sparse categorical cross-entropy on class probabilities; ``accuracy``.
 - ``binary``: the same on two class probabilities (class 1 positive); ``accuracy``,
   ``auc``, ``precision`` and ``recall`` of class 1 (the Tuner ranks by ``val_auc``). A
   model of your own may instead output one unit, class 1's probability (a sigmoid; binary
   cross-entropy), as TFX's taxi example does; the metrics then read it directly.
-- ``regression``: mean squared error on the standardised target (components/data/features.py);
+- ``regression``: mean squared error on the standardised target
+(tfx_accum.components.data.features);
   ``mae`` (in standard deviations of the target; the Trainer's line converts it).
 
 A model of your own whose output is logits (its loss says ``from_logits=True``, or, not

@@ -1,10 +1,10 @@
 """The Keras Tuner HyperModel: a trial's GA model, trained at the trial's effective batch.
 
 TFX batches its datasets once, so :class:`AccumulationHyperModel` batches the data itself
-in ``fit`` (tfx #3591). Budget rule (``search_policy.steps_per_epoch``): every trial sees
-the same number of training *examples* (``tuning_epochs * examples_per_epoch``), not the
-same number of steps; a trial with a larger effective batch makes fewer optimizer updates,
-which is the trade-off being tuned.
+in ``fit`` (https://github.com/tensorflow/tfx/issues/3591). Budget rule
+(``search_policy.steps_per_epoch``): every trial sees the same number of training *examples*
+(``tuning_epochs * examples_per_epoch``), not the same number of steps; a trial with a larger
+effective batch makes fewer optimizer updates, which is the trade-off being tuned.
 
 Example:
 

@@ -1,14 +1,14 @@
 """Every use of Keras Tuner internals, in one place (keras-tuner 1.4.8: constraints.txt pins
 it, the tests run on it, and pyproject.toml admits only 1.4.x).
 
-Everything else extends Keras Tuner through its public seams (components/search/search_tuners.py:
-``Oracle.populate_space``, ``get_best_trials``, ``Tuner.run_trial``, the trial callbacks,
-``HyperModel.declare_hyperparameters``).
+Everything else extends Keras Tuner through its public seams
+(tfx_accum.components.search.search_tuners: ``Oracle.populate_space``, ``get_best_trials``,
+``Tuner.run_trial``, the trial callbacks, ``HyperModel.declare_hyperparameters``).
 
 1. Building a trial's model without a session reset (:class:`NoSessionResetMixin`).
 2. Serving an oracle to parallel workers, to them only (:func:`serve_oracle`,
    :func:`authenticate_client`, :func:`fail_ongoing_trial`, :func:`trials_left`).
-3. The search state on disk (components/search/search_state.py decides what to do with it):
+3. The search state on disk (tfx_accum.components.search.search_state decides what to do with it):
    atomic state writes (:func:`write_state_atomically`), reading a trial file
    (:func:`load_trial`), and giving a fresh oracle trials back as ``Oracle.reload`` does
    (:func:`readmit_trials`).
@@ -17,9 +17,8 @@ Everything else extends Keras Tuner through its public seams (components/search/
 Keras Tuner's ``Tuner._try_build`` calls ``keras.backend.clear_session()`` and
 ``gc.collect()`` before every trial, to free the previous trial's model. The
 ``AccumulationHyperModel`` keeps one model per accumulation step count and reuses it, so
-there is nothing to free, and the two calls cost about 1.1 s of a 3-4 s trial on the
-digits (measured: 8 trials in 31.7 s with them, 23.2 s without). The override below is
-``_try_build`` of keras-tuner 1.4.8 without them (its ``max_model_size`` check is not used
+there is nothing to free, and the two calls are a large part of a short trial's time. The override
+below is ``_try_build`` of keras-tuner 1.4.8 without them (its ``max_model_size`` check is not used
 here). Tested on the pinned keras-tuner (``constraints.txt``) by
 ``tests/search/test_search_state.py`` and ``tests/search/test_parallel_search.py``.
 """
@@ -51,7 +50,8 @@ class NoSessionResetMixin:
 
     def build_trial_model(self, hp):
         """The trial's model as ``Tuner.run_trial`` builds it (under the tuner's
-        distribution strategy), for a ``run_trial`` override (search_tuners.py)."""
+        distribution strategy), for a ``run_trial`` override
+        (tfx_accum.components.search.search_tuners)."""
         return self._try_build(hp)
 
 
@@ -59,7 +59,7 @@ class NoSessionResetMixin:
 # ``OracleServicer`` but then polls every second, waits in 20-second sleeps for workers to
 # leave, and waits forever for a worker that died (its tuner id never leaves). The chief
 # here serves the same servicer and watches the worker processes itself
-# (components/search/parallel_search.py).
+# (tfx_accum.components.search.parallel_search).
 
 
 # Keras Tuner serves the oracle without authentication: any local process could report

@@ -74,8 +74,8 @@ def say_dropped(dropped: Sequence[int]) -> None:
 
 def probe_in_subprocess(spec: dict) -> tuple[int, ...]:
     """The probe in a process of its own, so that a parallel search's chief holds no GPU
-    memory: a worker (``components/search/tuner_worker.py``) started with ``spec["probe"]`` runs
-    it and prints the micro-batch choices that fit; they are returned."""
+    memory: a worker (``tfx_accum.components.search.tuner_worker``) started with ``spec["probe"]``
+    runs it and prints the micro-batch choices that fit; they are returned."""
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as handle:
         json.dump({**spec, "probe": True}, handle)
     try:

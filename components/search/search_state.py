@@ -7,7 +7,7 @@ was being written left it cut short, and the rerun stopped with ``JSONDecodeErro
 Expecting value: line 1 column 1`` on reloading it, every time.
 
 - :func:`prepare` makes every state write atomic (written beside, then renamed:
-  :mod:`~tfx_accum.atomic_files`) and, before a search is resumed, reads each
+  ``tfx_accum.atomic_files``) and, before a search is resumed, reads each
   state file. An unreadable one is set aside (renamed ``<name>.unreadable-<n>``, kept for
   a look); then ``oracle.json`` and the tuner files are set aside too, and the search is
   rebuilt from the trial files that can be read:
@@ -16,7 +16,7 @@ Expecting value: line 1 column 1`` on reloading it, every time.
   whose own file was unreadable is recorded as failed (its values are lost with it).
 
 The Keras Tuner internals this needs (the state writer, reading a trial file, the oracle's
-bookkeeping) are in components/search/keras_tuner_adapter.py, with every other private use;
+bookkeeping) are in tfx_accum.components.search.keras_tuner_adapter, with every other private use;
 tested by ``tests/search/test_search_state.py`` on the pinned keras-tuner 1.4.8.
 """
 
@@ -35,8 +35,6 @@ import tensorflow as tf
 from tfx_accum import console
 from tfx_accum.atomic_files import gfile_write_atomic, set_aside
 from tfx_accum.components.search import keras_tuner_adapter as kt_adapter
-
-ORACLE_FILE = "oracle.json"
 
 
 def make_writes_atomic() -> None:

@@ -2,9 +2,9 @@
 
 Both use Keras Tuner's public seams (``Oracle.populate_space``, ``Oracle.get_best_trials``,
 ``Tuner.run_trial``, ``on_trial_begin``/``on_trial_end``, ``search``,
-``get_best_hyperparameters``); the policy they apply is :mod:`components.search.search_policy`.
-The one private use left (building a trial's model without a session reset) is in
-:mod:`components.search.keras_tuner_adapter`.
+``get_best_hyperparameters``); the policy they apply is
+``tfx_accum.components.search.search_policy``. The one private use left (building a trial's model
+without a session reset) is in ``tfx_accum.components.search.keras_tuner_adapter``.
 
 - :class:`AccumulationOracleMixin`: proposals stay within ``max_effective_batch`` (every
   algorithm proposes in ``populate_space``); the best trials carry what each trial measured
@@ -14,8 +14,8 @@ The one private use left (building a trial's model without a session reset) is i
 - :class:`AccumulationTunerMixin`: a trial that would train the same model as a finished
   one reuses its score and only measures its own speed and memory; one line per trial;
   with ``parallel_trials`` > 1 the trials run in worker processes
-  (:mod:`components.search.parallel_search`); ``get_best_hyperparameters`` returns the Tuner's
-  decision: the best trial's values with the fastest exact split of its effective batch.
+  (``tfx_accum.components.search.parallel_search``); ``get_best_hyperparameters`` returns the
+  Tuner's decision: the best trial's values with the fastest exact split of its effective batch.
 
 Example:
 
@@ -84,7 +84,7 @@ def _metric(trial, name: str) -> float | None:
 
 
 def trial_record(trial) -> TrialRecord:
-    """What :mod:`search_policy` needs of a Keras Tuner trial."""
+    """What ``search_policy`` needs of a Keras Tuner trial."""
     reused = _metric(trial, TRIAL_REUSED_FROM)
     return TrialRecord(
         trial.trial_id,
@@ -472,8 +472,8 @@ class NoTrialCheckpointMixin:
 
     The checkpoint (the trial's best epoch's weights, written at every improving epoch) is
     read back only by ``get_best_models``/``load_model``, which TFX's Tuner never calls:
-    the Trainer trains the best configuration from the start. Writing it cost about 0.2 s
-    per epoch on the digits. Hyperband keeps it: a continued trial starts from its
+    the Trainer trains the best configuration from the start, so writing it at every
+    improving epoch is time spent for nothing. Hyperband keeps it: a continued trial starts from its
     parent's checkpoint.
     """
 

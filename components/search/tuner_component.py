@@ -9,9 +9,9 @@ runs TFX's executor unchanged. ``tuner_fn`` and every other argument are TFX's.
 
 Why execution properties: TFX 1.16's Kubeflow compiler makes a ``RuntimeParameter`` a
 pipeline parameter only when it is a component's *whole* execution property; one inside
-``custom_config`` is never substituted (pipeline/run_parameters.py).
+``custom_config`` is never substituted (tfx_accum.pipeline.run_parameters).
 
-Example (what pipeline/pipeline.py does):
+Example (what tfx_accum.pipeline.pipeline does):
 
 ```python
 tuner = Tuner(examples=..., schema=..., statistics=statistics_gen.outputs["statistics"],

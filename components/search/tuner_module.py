@@ -6,12 +6,13 @@ The three hyperparameters are searched jointly: ``accumulation_steps`` (k),
 ``micro_batch_size`` (m) and ``learning_rate``; a trial's effective batch is ``k * m``.
 This module only wires TFX's ``fn_args`` to the pieces, each in a module of its own:
 
-- :mod:`components.search.hypermodel`: the HyperModel (a trial's model, its fit and budget);
-- :mod:`components.search.search_tuners`: the oracle and tuner classes (Keras Tuner extended);
-- :mod:`components.search.search_policy`: what exact accumulation lets the search decide
+- ``tfx_accum.components.search.hypermodel``: the HyperModel (a trial's model, its fit and budget);
+- ``tfx_accum.components.search.search_tuners``: the oracle and tuner classes (Keras Tuner
+extended);
+- ``tfx_accum.components.search.search_policy``: what exact accumulation lets the search decide
   (duplicates, the Trainer's split, the effective-batch limit);
-- :mod:`components.search.parallel_search`: trials in worker processes;
-- :mod:`components.search.micro_batch_probe`: micro-batch choices that fit the device.
+- ``tfx_accum.components.search.parallel_search``: trials in worker processes;
+- ``tfx_accum.components.search.micro_batch_probe``: micro-batch choices that fit the device.
 
 A trial that fails (out of memory) is recorded as failed and the search goes on; the Tuner
 fails only if every trial fails.
@@ -62,7 +63,7 @@ def search_location(
     preempted pod, Ctrl-C) would start over. Under ``root`` (``custom_config["search_root"]``,
     ``<pipeline_root>/_search`` from create_pipeline) the search lives in a folder named
     by a hash of the examples' and schema's content, the search space and the model
-    settings (a model function's code with them: components/config/model_code.py), and a
+    settings (a model function's code with them: tfx_accum.components.config.model_code), and a
     rerun with the same inputs continues it (on Kubeflow too, where every
     run's examples have a new path). ``max_trials`` is left out: more trials continue the
     same search, fewer reuse it. ``None`` without a search root.
@@ -77,8 +78,8 @@ def tuner_fn(fn_args):
     """TFX entry point: returns the tuner and the arguments of ``tuner.search``.
 
     With ``custom_config["parallel_trials"]`` > 1 this process is the chief of a parallel
-    search (:mod:`components.search.parallel_search`): it trains nothing and loads no data; the
-    workers do both.
+    search (``tfx_accum.components.search.parallel_search``): it trains nothing and loads no data;
+    the workers do both.
     """
     logging.getLogger("keras_tuner").setLevel(logging.WARNING)
     config = ModuleConfig.from_custom_config(fn_args.custom_config)
@@ -109,16 +110,7 @@ def tuner_fn(fn_args):
             model_hyperparameters=settings.model_hyperparameters,
         )
     else:
-        strategy = choose_strategy()
-        splits = read_splits(fn_args, data)
-        hypermodel = AccumulationHyperModel(
-            space,
-            splits,
-            settings.model,
-            strategy.num_replicas_in_sync,
-            precision=settings.precision,
-            model_hyperparameters=settings.model_hyperparameters,
-        )
+        hypermodel, strategy = _local_hypermodel(fn_args, data, space, settings)
         if gpu_present():
             say_dropped(hypermodel.probe_micro_batches())
             space = hypermodel.space
@@ -165,8 +157,24 @@ def tuner_fn(fn_args):
     return TunerFnResult(tuner=tuner, fit_kwargs={"epochs": space.tuning_epochs})
 
 
+def _local_hypermodel(
+    fn_args, data, space: SearchSpace, settings
+) -> tuple[AccumulationHyperModel, object]:
+    """The HyperModel whose trials train on this process's devices, and their strategy."""
+    strategy = choose_strategy()
+    hypermodel = AccumulationHyperModel(
+        space,
+        read_splits(fn_args, data),
+        settings.model,
+        strategy.num_replicas_in_sync,
+        precision=settings.precision,
+        model_hyperparameters=settings.model_hyperparameters,
+    )
+    return hypermodel, strategy
+
+
 def worker_tuner(fn_args, spec: dict) -> tuple[keras_tuner.Tuner, dict]:
-    """The tuner of a parallel-search worker (``components/search/tuner_worker.py``)."""
+    """The tuner of a parallel-search worker (``tfx_accum.components.search.tuner_worker``)."""
     config = ModuleConfig.from_custom_config(fn_args.custom_config)
     settings = config.model_settings
     space = SearchSpace.from_config(spec["search_space"])  # as the chief probed it
@@ -184,15 +192,6 @@ def worker_tuner(fn_args, spec: dict) -> tuple[keras_tuner.Tuner, dict]:
         hypermodel.probe_micro_batches()
         print(json.dumps({"micro_batch_choices": list(hypermodel.space.micro_batch_choices)}))
         return None, {}
-    strategy = choose_strategy()
-    splits = read_splits(fn_args, data)
-    hypermodel = AccumulationHyperModel(
-        space,
-        splits,
-        settings.model,
-        strategy.num_replicas_in_sync,
-        precision=settings.precision,
-        model_hyperparameters=settings.model_hyperparameters,
-    )
+    hypermodel, _ = _local_hypermodel(fn_args, data, space, settings)
     tuner = make_tuner(space, hypermodel, spec["directory"], None, resume=True)
     return tuner, {"epochs": space.tuning_epochs}

@@ -15,12 +15,12 @@ Both baselines take the eval split's own majority and mean, the best constant in
 hindsight: stricter than the training split's, and measured on the same examples in the
 same pass as the model's score (each is a ``beam.CombineFn`` that TFMA runs beside its
 own metrics). The Evaluator gates on the lift with a ``MetricThreshold`` of
-:data:`MIN_LIFT` (pipeline/evaluation.py): equal to the baseline is not better.
+:data:`MIN_LIFT` (tfx_accum.pipeline.evaluation): equal to the baseline is not better.
 
 :class:`SparseCategoricalAccuracy` is the model's accuracy computed the same way (the arg
 max of the scores against the class index, weighted), in Python like TFMA's own native
 metrics: TFMA's wrapper of the Keras metric of that name traces TensorFlow functions in
-every Evaluator, about 2 s of a 6.6 s Evaluator on the digits' 626 eval examples.
+every Evaluator, a large part of a small Evaluator's time.
 
 The classification metrics (:class:`SparseCategoricalAccuracy`, :class:`MajorityClassLift`
 and :class:`ClassExampleCount`, TFMA's ``example_count``) are read off one count of the
@@ -31,13 +31,13 @@ its output) and a ``DerivedMetricComputation`` that writes the metric's own keys
 counts. An EvalConfig with all three has one per-example combiner where it had three.
 
 TFMA hands each combiner one example at a time (after unbatching the model's batched
-output), so the per-example work is what an Evaluator's time grows with (#31). The plain
+output), so the per-example work is what an Evaluator's time grows with. The plain
 examples of this project's EvalConfig (one model, unweighted, numeric label and the
 serving dict's ``scores`` or ``predictions``) are therefore only buffered and counted with
-numpy every :data:`BUFFER_ROWS` examples: on 100,000 eval rows the Evaluator's CPU time
-went from 41.5 s to 25.9 s (TFMA's ``to_label_prediction_example_weight`` on every
-example, twice for classification, was a third of it). Any other input takes that
-per-example path as before; both give the same counts (tests/training/test_evaluator_scale.py).
+numpy every :data:`BUFFER_ROWS` examples, sparing TFMA's ``to_label_prediction_example_weight``
+on every example, twice for classification (the Evaluator's CPU time:
+bench/evaluator.py). Any other input takes that per-example path; both give the same counts
+(tests/training/test_evaluator_scale.py).
 
 They are ordinary ``tfma.metrics.Metric`` subclasses, named in an ``EvalConfig`` by class
 and module (:func:`metric_config`), so TFMA imports them from the installed package

@@ -5,7 +5,7 @@ The ``serving_default`` signature takes serialized ``tf.Example`` protos (input 
 encoded image bytes; a feature may be missing; features the model does not use are not
 read), applies the preprocessing learned from the training split
 (:class:`~tfx_accum.components.data.features.Preprocessor`) and returns, per task
-(components/config/tasks.py):
+(tfx_accum.components.config.tasks):
 
 - classification: ``{"scores": class probabilities, "classes": the most likely class}``
   (a model whose compiled loss takes ``from_logits=True`` gets a softmax here). A model of
@@ -76,8 +76,8 @@ def export_serving_model(
 ) -> None:
     """Writes ``model`` with its preprocessing to ``export_dir``, serving tf.Examples.
 
-    With ``transform_output`` (TFX Transform's graph: components/data/transform.py) the served
-    examples are raw: the transform graph is applied before the preprocessing, and a
+    With ``transform_output`` (TFX Transform's graph: tfx_accum.components.data.transform) the
+    served examples are raw: the transform graph is applied before the preprocessing, and a
     ``transform_features`` signature is added.
     """
     archive = keras.export.ExportArchive()

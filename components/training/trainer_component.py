@@ -10,16 +10,16 @@ Tuner is its sibling in the search room: ``search.tuner_component``.)
 
 Why execution properties: TFX 1.16's Kubeflow compiler makes a ``RuntimeParameter`` a
 pipeline parameter only when it is a component's *whole* execution property; one inside
-``custom_config`` or a ``TrainArgs`` proto is never substituted (pipeline/run_parameters.py).
+``custom_config`` or a ``TrainArgs`` proto is never substituted (tfx_accum.pipeline.run_parameters).
 
 **Several machines.** The Trainer's executor runs in every worker of a multi-worker
-training job (``TF_CONFIG``; components/accumulation/multi_worker.py); TFX's check that
+training job (``TF_CONFIG``; tfx_accum.components.accumulation.multi_worker); TFX's check that
 ``run_fn`` wrote the model applies to the chief, which alone writes it. The Vertex AI
-Training form of this Trainer is in components/training/vertex_trainer.py (kept apart: its
+Training form of this Trainer is in tfx_accum.components.training.vertex_trainer (kept apart: its
 TFX extension imports Google Cloud's AI Platform client, seconds of start-up that a local
 run or an ordinary Trainer pod must not pay).
 
-Example (what pipeline/pipeline.py does):
+Example (what tfx_accum.pipeline.pipeline does):
 
 ```python
 trainer = Trainer(examples=..., schema=..., statistics=statistics_gen.outputs["statistics"],

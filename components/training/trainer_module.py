@@ -10,9 +10,9 @@ Referenced from the pipeline as ``run_fn="tfx_accum.components.training.trainer_
   ``k * m`` examples), not micro-batches.
 - The strategy follows the devices present (TPU, several GPUs, else default), or
   ``TF_CONFIG`` naming several workers (``MultiWorkerMirroredStrategy``), and the batch is
-  shared among all replicas as in :mod:`components.accumulation.strategy`. With several workers the
-  chief alone writes the model, logs and backups; the others write to temporary
-  folders of their own (:mod:`components.accumulation.multi_worker`).
+  shared among all replicas as in ``tfx_accum.components.accumulation.strategy``. With several
+  workers the chief alone writes the model, logs and backups; the others write to temporary
+  folders of their own (``tfx_accum.components.accumulation.multi_worker``).
 - TensorBoard logs go to ``fn_args.model_run_dir``; the serving SavedModel to
   ``fn_args.serving_model_dir``.
 """
@@ -55,7 +55,8 @@ from tfx_accum.components.training.budget import trainer_budget
 from tfx_accum.components.training.export import export_serving_model
 from tfx_accum.components.training.training_backup import TrainingBackup
 
-if TYPE_CHECKING:  # importing tfx.v1 loads its Google Cloud extensions: 5 s in every Trainer
+# importing tfx.v1 loads its Google Cloud extensions, a slow start-up in every Trainer
+if TYPE_CHECKING:
     from tfx.components.trainer.fn_args_utils import FnArgs
 
 
@@ -178,7 +179,8 @@ def run_fn(fn_args: FnArgs) -> None:
         )
     steps_per_epoch = max(1, min(math.ceil(splits.train_size / plan.global_batch), updates))
     epochs = math.ceil(updates / steps_per_epoch)  # the last one stops at `updates`
-    # The chief's backup; another worker's private copy of it (multi_worker.py).
+    # The chief's backup; another worker's private copy of it
+    # (tfx_accum.components.accumulation.multi_worker).
     backup_dir = cluster.own_backup(backup_location(fn_args, hp, config, updates))
     # A resumed run starts at the same place of the same shuffled stream (the stream is a
     # function of the seed only), so it ends with the weights of an uninterrupted run.
@@ -261,7 +263,7 @@ def validated_examples(decision, budget, validation_size: int) -> int:
 
     A search on a large split scores its trials on the first of them (``SearchSpace``'s
     ``max_trial_examples``): validating on every one would read the whole training split
-    again, most of the Trainer's time at 2M rows (#31).
+    again, most of the Trainer's time at 2M rows.
     """
     if decision is not None and decision.scored_examples and not budget.early_stopping:
         return min(decision.scored_examples, validation_size)
@@ -364,7 +366,7 @@ def backup_location(
     ``custom_config["backup_root"]`` (``<pipeline_root>/_backup`` from create_pipeline) in
     a folder named by a hash of everything that determines the training: the examples and
     schema, the hyperparameters, the number of updates and the model settings (a model
-    function's code with them: components/config/model_code.py).
+    function's code with them: tfx_accum.components.config.model_code).
     """
     if not config.backup_root:
         return os.path.join(fn_args.model_run_dir, "backup")

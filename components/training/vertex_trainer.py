@@ -9,10 +9,10 @@ run-time parameters reach every worker; :func:`train_on_vertex` makes a Trainer 
 ``create_pipeline`` one.
 
 A module of its own because the extension imports Google Cloud's AI Platform client
-(``google.cloud.aiplatform``: about 3 s of start-up on a 2-core machine), which only a
+(``google.cloud.aiplatform``, slow to import), which only a
 ``--target vertex --trainer-workers N`` compile and that job's Trainer step need.
 
-Example (what pipeline/kubeflow/compiler.py does for ``--trainer-workers 4``):
+Example (what tfx_accum.pipeline.kubeflow.compiler does for ``--trainer-workers 4``):
 
 ```python
 job_spec = vertex_job_spec(image, 4, "n1-standard-8", "NVIDIA_TESLA_T4", 1)
@@ -60,7 +60,8 @@ class VertexTrainer(Trainer):
 
 
 # The Vertex AI scheduling that multi-worker training with backups needs: one preempted
-# worker restarts them all, and all resume from the chief's backup (multi_worker.py).
+# worker restarts them all, and all resume from the chief's backup
+# (tfx_accum.components.accumulation.multi_worker).
 VERTEX_SCHEDULING = {"restart_job_on_worker_restart": True}
 
 

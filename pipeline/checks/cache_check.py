@@ -5,7 +5,7 @@ directories exist; it never reads the files, nor looks outside the pipeline root
 local run:
 
 - every LIVE ``Examples`` artifact that ExampleGen fingerprinted
-  (:mod:`tfx_accum.components.data.example_fingerprint`) is compared with its files; one
+  (``tfx_accum.components.data.example_fingerprint``) is compared with its files; one
   that differs (a file cut short, changed, missing or added) is taken out of the cache, and
   ExampleGen runs again, and every component after it with it;
 - every LIVE ``PushedModel`` that records a push is compared with the serving directory: a
@@ -67,7 +67,7 @@ def verify_cached_pushes(metadata_path: str, serving_dir: str) -> int:
     """Takes cached pushes that a server of ``serving_dir`` would not load out of the
     cache; returns how many. Silent: whether this run's Pusher would have been served one
     of them is known only once it runs (the run's summary says when it pushed a model
-    again, and why: pipeline/cli/report.py)."""
+    again, and why: tfx_accum.pipeline.cli.report)."""
     store = _store(metadata_path)
     try:
         artifacts = store.get_artifacts_by_type("PushedModel")

@@ -5,7 +5,7 @@ integer, FLOAT when every value is a number, and BYTES otherwise; an empty cell 
 value. This check reads the files with the same rules, so what it accepts the pipeline
 reads with the same columns and types, and it names the file, line and column of the first
 problem (exit code 2 before anything runs). It reads exactly the files CsvExampleGen will
-(:mod:`~tfx_accum.pipeline.checks.data_files`), as UTF-8 text as CsvExampleGen does, and what the
+(``tfx_accum.pipeline.checks.data_files``), as UTF-8 text as CsvExampleGen does, and what the
 CSV parser both share cannot read (a NUL byte, a field over its limit of 131,072
 characters, bytes that are not UTF-8) is a one-line error too, never a traceback.
 """
@@ -147,7 +147,7 @@ class _Column:
 
     def stray_token(self) -> StrayToken | None:
         """The column's first text value if the column is numbers with stray tokens
-        (:mod:`~tfx_accum.pipeline.checks.stray_tokens`), else None (numbers only, or text)."""
+        (``tfx_accum.pipeline.checks.stray_tokens``), else None (numbers only, or text)."""
         if not is_numbers_with_stray_tokens(self.numbers, self.texts, self.tokens):
             return None
         token, where = next(iter(self.tokens.items()))
@@ -238,7 +238,7 @@ def validate_csv_dir(
 ) -> DataSummary:
     """Checks a CSV directory; raises DataError naming the file, line and column.
 
-    A table of plain numbers is read by pyarrow (:mod:`~tfx_accum.pipeline.checks.csv_numeric`,
+    A table of plain numbers is read by pyarrow (``tfx_accum.pipeline.checks.csv_numeric``,
     the same summary); any other cell by cell, here. ``missing_values``: cells read as
     empty (``--missing-values``), as CsvExampleGen is told to. A line that repeats the
     header (files joined with ``cat``) is an error; the columns of numbers with stray

@@ -7,7 +7,7 @@ same digits as PNG images (``IMAGE_SIDE`` pixels square, grey) in a TFRecord fil
 ``tf.Example``s with an ``image`` (PNG bytes) and a ``label`` (int) feature: the image path.
 
 The checks that read the user's data as ExampleGen will, before any component runs, are in
-:mod:`~tfx_accum.pipeline.checks.csv_check` and :mod:`~tfx_accum.pipeline.checks.tfrecord_check`;
+``tfx_accum.pipeline.checks.csv_check`` and ``tfx_accum.pipeline.checks.tfrecord_check``;
 :func:`validate_data_root` picks one by the files it finds.
 """
 
@@ -19,16 +19,15 @@ import io
 from collections.abc import Sequence
 from pathlib import Path
 
+from tfx_accum.atomic_files import atomic_write, atomic_write_text
 from tfx_accum.components.data.feature_kinds import CATEGORICAL, IMAGE, NUMERIC, STRING
 from tfx_accum.pipeline.checks.stray_tokens import StrayToken, refusal
 from tfx_accum.pipeline.config import CLI_WORDS
 from tfx_accum.pipeline.errors import InputError
-from tfx_accum.pipeline.files import atomic_write, atomic_write_text
 
 DIGITS_FILE = "digits.csv"
 DIGITS_FEATURES = 64  # 8x8 pixels
 DIGITS_COLUMNS = tuple(f"pixel_{i:02d}" for i in range(DIGITS_FEATURES))
-DIGITS_CLASSES = 10
 # Examples per class of scikit-learn's digits (tests/pipeline/test_csv_check.py checks it).
 DIGITS_CLASS_COUNTS = (178, 182, 177, 183, 181, 182, 181, 179, 174, 180)
 # SHA-256 of digits_csv_text(): a re-run finds the file in place without loading
@@ -123,7 +122,7 @@ class DataSummary:
 
     The checks (csv_check, tfrecord_check) fill in what they read; :func:`decide_label`
     adds the task and the classes (``task``, ``num_classes``, ``labels``,
-    ``label_vocabulary``) by the rule of components/config/tasks.py.
+    ``label_vocabulary``) by the rule of tfx_accum.components.config.tasks.
     """
 
     format: str  # CSV or TFRECORD
@@ -143,7 +142,7 @@ class DataSummary:
     label_values: tuple[tuple[str, int, str], ...] = ()
     # Features whose value equals the label's in every row: the answer, not a feature.
     label_copies: tuple[str, ...] = ()
-    # CSV columns of numbers with a few other values (pipeline/checks/stray_tokens.py).
+    # CSV columns of numbers with a few other values (tfx_accum.pipeline.checks.stray_tokens).
     stray_tokens: tuple[StrayToken, ...] = ()
     task: str = ""
     task_reason: str = ""
@@ -201,18 +200,12 @@ class DataSummary:
         """The model's inputs as the components will see them (statistics left neutral),
         for checking a model function before anything runs. ``settings``: the run's
         ``ModelSettings`` (label, columns, task)."""
-        from tfx_accum.components.data.columns import input_names, select_features
+        from tfx_accum.components.data.columns import input_names
         from tfx_accum.components.data.features import DataDescription, InputFeature
 
         shapes, vocabularies = dict(self.image_shapes), dict(self.vocabularies)
         kinds = dict(self.kinds)
-        chosen = select_features(
-            list(kinds),
-            settings.label_key,
-            settings.features,
-            settings.exclude_features,
-            words=CLI_WORDS,
-        )
+        chosen = chosen_features(list(kinds), settings)
         names = input_names(chosen)
         categorical = set(settings.categorical_features)
         features = tuple(
@@ -281,9 +274,24 @@ def _check_columns_read(summary: DataSummary, settings, chosen: list[str]) -> No
             raise DataError(refusal(stray, label_key))
 
 
+def chosen_features(columns: Sequence[str], settings) -> list[str]:
+    """The features among ``columns`` that the run's ``settings`` (``ModelSettings``: the
+    label, ``features``, ``exclude_features``) choose; a ``ColumnError`` names the flag."""
+    from tfx_accum.components.data.columns import select_features
+
+    return select_features(
+        list(columns),
+        settings.label_key,
+        settings.features,
+        settings.exclude_features,
+        words=CLI_WORDS,
+    )
+
+
 def decide_label(summary: DataSummary, settings) -> DataSummary:
-    """``summary`` with the task and classes decided (components/config/tasks.py's rule), and the
-    columns checked against ``settings`` (``ModelSettings``); a ``DataError`` otherwise.
+    """``summary`` with the task and classes decided (tfx_accum.components.config.tasks's
+    rule), and the columns checked against ``settings`` (``ModelSettings``); a ``DataError``
+    otherwise.
 
     Refused here, before anything runs: one class, too few examples (``MIN_EXAMPLES`` in
     all, ``MIN_PER_CLASS`` of each class) to train, validate and evaluate; integer labels
@@ -295,16 +303,10 @@ def decide_label(summary: DataSummary, settings) -> DataSummary:
         LabelFacts,
         infer_task,
     )
-    from tfx_accum.components.data.columns import ColumnError, select_features
+    from tfx_accum.components.data.columns import ColumnError
 
     try:
-        chosen = select_features(
-            summary.features,
-            settings.label_key,
-            settings.features,
-            settings.exclude_features,
-            words=CLI_WORDS,
-        )
+        chosen = chosen_features(summary.features, settings)
     except ColumnError as error:
         raise DataError(str(error)) from None
     _check_columns_read(summary, settings, chosen)

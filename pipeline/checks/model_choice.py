@@ -1,6 +1,6 @@
 """Which model the run trains: ``--model``, or the default that suits the data, checked
-against the data before anything runs (the rules: components/models/model_rules.py; a model
-function is built once here to check it, components/models/custom_model.py)."""
+against the data before anything runs (the rules: tfx_accum.components.models.model_rules; a model
+function is built once here to check it, tfx_accum.components.models.custom_model)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,8 @@ def check_model_name(model: str | None) -> None:
 
 
 def model_for(args: argparse.Namespace, summary, requested) -> str:
-    """--model, or the default that fits the data (``summary``: pipeline.checks.data.DataSummary,
+    """--model, or the default that fits the data (``summary``:
+    tfx_accum.pipeline.checks.data.DataSummary,
     ``requested``: the run's ``ModelSettings``, for the columns the model gets).
 
     Images get ``cnn``, as do the embedded digits (a square pixel grid); tabular data gets
@@ -31,24 +32,18 @@ def model_for(args: argparse.Namespace, summary, requested) -> str:
     model must take the data's features (it is built once here to check), and the
     features it leaves out are named.
     """
-    from tfx_accum.components.data.columns import select_features
     from tfx_accum.components.data.feature_kinds import CATEGORICAL
     from tfx_accum.components.models.model_rules import (
         ModelChoiceError,
         check_model_suits,
         default_model,
     )
+    from tfx_accum.pipeline.checks.data import chosen_features
 
     model = args.model
     check_model_name(model)
     all_kinds = dict(summary.kinds)
-    chosen = select_features(
-        list(all_kinds),
-        requested.label_key,
-        requested.features,
-        requested.exclude_features,
-        words=CLI_WORDS,
-    )
+    chosen = chosen_features(list(all_kinds), requested)
     kinds = {
         name: CATEGORICAL if name in requested.categorical_features else all_kinds[name]
         for name in chosen

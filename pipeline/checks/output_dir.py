@@ -49,7 +49,7 @@ def check(output_dir: Path, data_root: str | None = None, force: bool = False) -
     checked too), only its nearest existing parent is checked for write access.
 
     Also refused: a path the stack cannot use (a control or glob character, a name or path
-    too long: :mod:`~tfx_accum.pipeline.checks.paths`); an output directory inside (or equal to)
+    too long: ``tfx_accum.pipeline.checks.paths``); an output directory inside (or equal to)
     ``data_root``, whose files the next run would read as data; and, unless ``force``, a
     directory that holds files but no tfx-accum run's lock (someone else's files).
     """

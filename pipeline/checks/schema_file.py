@@ -2,8 +2,8 @@
 
 The TFX way to curate features is a schema: ImportSchemaGen imports it instead of
 SchemaGen's inferred one, StatisticsGen computes the statistics under it, and the Tuner and
-Trainer describe the data from it (components/data/features.py). A column the schema leaves out
-is not a feature; an INT feature with ``int_domain { is_categorical: true }`` is a category.
+Trainer describe the data from it (tfx_accum.components.data.features). A column the schema leaves
+out is not a feature; an INT feature with ``int_domain { is_categorical: true }`` is a category.
 
 Checked here, as ExampleGen and the components will read it: the file parses as a
 ``tensorflow_metadata`` Schema in text format, names the label, and every feature it names
@@ -72,7 +72,7 @@ def apply_schema(summary: DataSummary, schema, label_key: str) -> tuple[DataSumm
             f"The schema names {', '.join(map(repr, missing[:5]))}, which the data does not "
             "have; remove them from the schema or add the columns."
         )
-    # The label's type, checked with the data before anything runs (#32: a BYTES label over
+    # The label's type, checked with the data before anything runs (a BYTES label over
     # integers failed in the Trainer, "Data types don't match").
     label_types = {schema_pb2.INT: ("int",), schema_pb2.FLOAT: ("int", "float")}
     label_types[schema_pb2.BYTES] = ("string",)

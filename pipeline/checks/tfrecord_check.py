@@ -10,7 +10,7 @@ lacks a numeric or string value is a missing value. A file must end where a reco
 Beam's, ImportExampleGen's, fails on it). Errors name the file, the
 record (counted from 1) and the feature. It reads exactly the files ImportExampleGen will,
 ``*.tfrecord*`` (``data.tfrecord.bak`` too), decompressed as ImportExampleGen decompresses
-them (:mod:`~tfx_accum.pipeline.checks.data_files`: ``.gz`` as GZIP, other suffixes uncompressed).
+them (``tfx_accum.pipeline.checks.data_files``: ``.gz`` as GZIP, other suffixes uncompressed).
 """
 
 from __future__ import annotations

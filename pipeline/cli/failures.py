@@ -5,10 +5,11 @@ CLI's handlers are a line each and never fail themselves (the disk may be full, 
 metadata store unwritable):
 
 - **interrupted** (SIGINT, SIGTERM or SIGHUP, also when a library wrapped the ``KeyboardInterrupt``
-  in an error of its own, see :mod:`tfx_accum.interrupts`): the processes the run started
+  in an error of its own, see ``tfx_accum.interrupts``): the processes the run started
   are stopped, this run's execution that was running (or that failed because of the
   interrupt) is marked CANCELED, one line, exit code 130;
-- **data anomalies** with ``--fail-on-anomalies`` (components/data/anomalies.py): one line naming
+- **data anomalies** with ``--fail-on-anomalies`` (tfx_accum.components.data.anomalies): one line
+naming
   them, exit code 2, before anything was trained;
 - **a full disk**: one line naming ``ENOSPC`` and the path that could not be written, exit
   code 1; the next run with free space resumes (nothing half-written is trusted);

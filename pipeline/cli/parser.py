@@ -1,8 +1,9 @@
 """The ``tfx-accum`` command line: the parser and the dispatch to the commands.
 
-``run`` (pipeline/cli/run_command.py: the local pipeline), ``compile``
-(pipeline/cli/compile_command.py: Kubeflow or Vertex) and ``run-compiled``
-(pipeline/kubeflow/local_run.py). The options become settings in pipeline/cli/arguments.py.
+``run`` (tfx_accum.pipeline.cli.run_command: the local pipeline), ``compile``
+(tfx_accum.pipeline.cli.compile_command: Kubeflow or Vertex) and ``run-compiled``
+(tfx_accum.pipeline.kubeflow.local_run). The options become settings in
+tfx_accum.pipeline.cli.arguments.
 
 Examples:
 
@@ -450,11 +451,11 @@ def entry(argv: Sequence[str] | None = None) -> None:
     """The ``tfx-accum`` command: :func:`main`, then a prompt exit.
 
     After a tuned run, the interpreter's own teardown (destroying TensorFlow's traced
-    graphs of every trial model, Keras Tuner's objects, TF's thread pools) took 15-20 s
-    after the summary was printed. By then every output is written and closed (ML Metadata
+    graphs of every trial model, Keras Tuner's objects, TF's thread pools) is long, and
+    comes after the summary is printed. By then every output is written and closed (ML Metadata
     commits each write, the log's descriptors are restored), so the process flushes its
     streams and ends at once. Its temporary files, whose ``atexit`` clean-up that exit skips,
-    go to one directory removed before it (:mod:`tfx_accum.pipeline.cli.temp_dir`).
+    go to one directory removed before it (``tfx_accum.pipeline.cli.temp_dir``).
     """
     with command_temp_dir():
         code = main(argv)

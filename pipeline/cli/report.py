@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from ml_metadata import metadata_store
 from ml_metadata.proto import metadata_store_pb2
 
+from tfx_accum.atomic_files import atomic_write
 from tfx_accum.components.config.hyperparameters import (
     HP_ACCUMULATION_STEPS,
     HP_LEARNING_RATE,
@@ -27,7 +28,6 @@ from tfx_accum.components.config.trial_records import (
 )
 from tfx_accum.components.data.anomalies import read_anomalies
 from tfx_accum.components.training.serving_versions import serves
-from tfx_accum.pipeline.files import atomic_write
 
 INPUT, OUTPUT = metadata_store_pb2.Event.INPUT, metadata_store_pb2.Event.OUTPUT
 
@@ -159,7 +159,7 @@ def _pushed_before(
 ) -> str | None:
     """Why this run's Pusher pushed a model that an earlier push had published under
     another version (an earlier push is taken out of the cache when it is no longer what a
-    server loads: pipeline/checks/cache_check.py); None when it did not run, or the model
+    server loads: tfx_accum.pipeline.checks.cache_check); None when it did not run, or the model
     is new."""
     ran = {e.id for e in executions if e.last_known_state == metadata_store_pb2.Execution.COMPLETE}
     events = store.get_events_by_artifact_ids([pushed_id])
@@ -227,7 +227,7 @@ def write_trials(
 ) -> tuple[Path, Path] | None:
     """Writes ``trials.csv`` (best first) and ``trials.png``.
 
-    ``objective``: the score's name and direction (components/config/tasks.py: OBJECTIVES).
+    ``objective``: the score's name and direction (tfx_accum.components.config.tasks: OBJECTIVES).
 
     The plot shows each trial's score (left) and training throughput (right) against its
     effective batch, coloured by learning rate; a reused trial (an exact duplicate, not
@@ -265,9 +265,9 @@ def write_trials(
         sorted(rows, key=lambda r: sign * r["score"] if r.get("score") is not None else 1e300)
     )
     data = table.getvalue().encode()
-    # A cached re-run has the same trials: the files stay as they are (plotting costs
-    # ~0.5 s). The PNG is written first and the CSV last, so an identical CSV means the
-    # PNG beside it was drawn from the same trials.
+    # A cached re-run has the same trials: the files stay as they are (no plotting). The PNG is
+    # written first and the CSV last, so an identical CSV means the PNG beside it was drawn from the
+    # same trials.
     if png_path.exists() and csv_path.exists() and csv_path.read_bytes() == data:
         return csv_path, png_path
 

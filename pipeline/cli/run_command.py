@@ -2,8 +2,8 @@
 
 Bad settings, output directory or data stop the run with one line (exit 2) before
 anything is written; then the output directory is claimed, the pipeline runs
-(pipeline/local/runner.py), and the summary is printed (pipeline/cli/summary.py). Exit codes:
-pipeline/config.py.
+(tfx_accum.pipeline.local.runner), and the summary is printed (tfx_accum.pipeline.cli.summary). Exit
+codes: tfx_accum.pipeline.config.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ The libraries a run uses leave temporary files behind:
 - TensorFlow's AutoGraph writes the source of each function it converts to a file
   (``__autograph_generated_file*.py``) and deletes it in an ``atexit`` handler, which the
   command's prompt exit skips (:func:`tfx_accum.pipeline.cli.parser.entry` ends with ``os._exit``;
-  the interpreter's teardown took 15-20 s);
+  the interpreter's teardown is slow);
 - Beam's portable runner leaves three empty directories per pipeline, however it exits.
 
 A default run left 21 files and 9 directories in ``/tmp``, every run, thousands in a day.

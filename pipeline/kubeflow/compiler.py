@@ -1,7 +1,7 @@
 """``tfx-accum compile``: the pipeline for Kubeflow Pipelines (KFP v2) or Vertex AI Pipelines.
 
 The pipeline is the same ``create_pipeline`` as the local run, with its run-time parameters
-(:mod:`tfx_accum.pipeline.run_parameters`) declared. For self-hosted KFP the output is what
+(``tfx_accum.pipeline.run_parameters``) declared. For self-hosted KFP the output is what
 its backend accepts: a schema 2.1.0 pipeline spec in YAML, followed by a second YAML
 document with the Kubernetes platform spec (node selectors and tolerations, which TFX never
 emits). ``--target vertex`` writes the JSON ``PipelineJob`` with Vertex accelerator names.
@@ -9,12 +9,12 @@ emits). ``--target vertex`` writes the JSON ``PipelineJob`` with Vertex accelera
 ``--trainer-workers N`` (N > 1, or a profile's ``trainer_workers``) with ``--target vertex``
 makes the Trainer TFX's Vertex AI Training extension: its pipeline step launches a Vertex
 AI ``CustomJob`` of N machines of the profile's type and accelerators, which train
-together under ``MultiWorkerMirroredStrategy`` (components/training/trainer_component.py,
-components/accumulation/multi_worker.py). Self-hosted KFP has no such service: there the Trainer
-stays in one pod (see kubeflow/README.md for what a Training Operator path would take).
+together under ``MultiWorkerMirroredStrategy`` (tfx_accum.components.training.trainer_component,
+tfx_accum.components.accumulation.multi_worker). Self-hosted KFP has no such service: there the
+Trainer stays in one pod (see kubeflow/README.md for what a Training Operator path would take).
 
-The node-pool profiles are :mod:`tfx_accum.pipeline.kubeflow.profiles`; the edits of the
-spec TFX compiles are :mod:`tfx_accum.pipeline.kubeflow.spec`.
+The node-pool profiles are ``tfx_accum.pipeline.kubeflow.profiles``; the edits of the
+spec TFX compiles are ``tfx_accum.pipeline.kubeflow.spec``.
 
 Example::
 
@@ -35,11 +35,11 @@ from typing import Any
 import yaml
 
 from tfx_accum import console
+from tfx_accum.atomic_files import atomic_write_text
 from tfx_accum.components.config.search_space import SearchSpace
 from tfx_accum.pipeline import config
 from tfx_accum.pipeline.beam_args import pod_beam_args
 from tfx_accum.pipeline.errors import InputError
-from tfx_accum.pipeline.files import atomic_write_text
 from tfx_accum.pipeline.kubeflow import spec as spec_edits
 from tfx_accum.pipeline.kubeflow.profiles import ProfileError, get_profile
 

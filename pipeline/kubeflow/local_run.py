@@ -4,9 +4,9 @@ The spec runs under KFP's own local orchestrator (``kfp.local`` of KFP >= 2.17),
 protobuf 6 and so an environment of its own (``scripts/setup_env.sh`` makes one in
 ``.venv/kfp-local``; anywhere else: ``python3.10 -m venv kfp-env && kfp-env/bin/pip install
 -r kubeflow/local-run-requirements.txt``). Each task's container command runs with an
-interpreter standing in for the image (``kubeflow/run_compiled.py``): this environment's, or
+interpreter standing in for the image (``tfx_accum.kubeflow.run_compiled``): this environment's, or
 with ``--image-python`` and ``--workdir`` the image's own layout replayed without Docker
-(``python -m tfx_accum.kubeflow.image_replay``). ``NAME=VALUE`` arguments set run-time
+(``python -m tfx_accum.kubeflow.image_tools.image_replay``). ``NAME=VALUE`` arguments set run-time
 parameters, as ``kfp run create`` does.
 
 Example::
@@ -28,7 +28,7 @@ from tfx_accum.pipeline.errors import InputError
 
 KFP_PYTHON_ENV = "TFX_ACCUM_KFP_PYTHON"
 _REPO_KFP_ENV = Path(__file__).resolve().parents[2] / ".venv" / "kfp-local" / "bin" / "python"
-# kubeflow/run_compiled.py: in a checkout and, installed, in the tfx_accum.kubeflow package.
+# tfx_accum.kubeflow.run_compiled: in a checkout and, installed, in the tfx_accum.kubeflow package.
 _SCRIPT = Path(__file__).resolve().parents[2] / "kubeflow" / "run_compiled.py"
 
 
@@ -54,7 +54,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--image-python",
         default=None,
         help="interpreter standing in for the image (default: this environment's), e.g. the "
-        "one python -m tfx_accum.kubeflow.image_replay prints",
+        "one python -m tfx_accum.kubeflow.image_tools.image_replay prints",
     )
     parser.add_argument(
         "--workdir",

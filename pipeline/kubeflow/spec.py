@@ -92,7 +92,7 @@ def never_cache_data_reads(pipeline_spec: dict[str, Any]) -> None:
     the same data root would be served the old examples (and the old model, as a
     "success"). Its new examples then change every downstream task's inputs, so those rerun
     too; the Tuner's search and the Trainer's backup are keyed by the examples' content
-    (components/data/datasets.py), so a rerun on unchanged data reuses the finished search.
+    (tfx_accum.components.data.datasets), so a rerun on unchanged data reuses the finished search.
     """
     tasks = _tasks(pipeline_spec)
     for name in UNCACHED_COMPONENTS:

@@ -1,4 +1,4 @@
-"""The Beam internals that :mod:`tfx_accum.pipeline.local.dask_runner` uses, in one place.
+"""The Beam internals that ``tfx_accum.pipeline.local.dask_runner`` uses, in one place.
 
 Beam's DaskRunner (``apache_beam.runners.dask``) is built from classes Beam does not export:
 the overrides that turn ``Create``, ``Read``, ``GroupByKey`` and ``Flatten`` into leaf

@@ -1,7 +1,7 @@
 """``--dask-scheduler``: the Beam components on a Dask cluster, checked before they run.
 
 The option becomes Beam arguments for this project's DaskRunner
-(:mod:`tfx_accum.pipeline.local.dask_runner`): ExampleGen (TFRecords), StatisticsGen and the
+(``tfx_accum.pipeline.local.dask_runner``): ExampleGen (TFRecords), StatisticsGen and the
 Evaluator (and Transform or BulkInferrer in a user's pipeline) then run their Beam pipelines
 on the cluster's workers; the other components run in this process as before.
 

@@ -35,7 +35,7 @@ pipelines are not supported.
 Each ``DoFn`` travels to the workers pickled by Beam's own pickler and is unpickled for
 each bundle, as on Beam's other runners. The scheduler and the workers need the same
 Python environment as the pipeline's process (Dask unpickles the task graph on both). Beam
-internals are used only through :mod:`tfx_accum.pipeline.local.dask_adapter`.
+internals are used only through ``tfx_accum.pipeline.local.dask_adapter``.
 
 Example::
 

@@ -149,7 +149,7 @@ def prepare_data(
 def _say_model_code_change(metadata: str, settings: ModelSettings, pipeline_settings) -> None:
     """One line when the code of the model's functions (the model function's, and
     ``model_hyperparameters``') changed since the last run here: why the Tuner and Trainer
-    run again (components/config/model_code.py)."""
+    run again (tfx_accum.components.config.model_code)."""
     from tfx_accum.components.config.model_code import changed_functions, settings_code
     from tfx_accum.pipeline.checks.cache_check import changed_model_code
 

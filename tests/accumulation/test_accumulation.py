@@ -29,7 +29,7 @@ OPTIMIZERS = {
 }
 
 
-# TensorFlow features (tf.distribute, SavedModel export), skipped on the JAX backend (#35).
+# TensorFlow features (tf.distribute, SavedModel export), skipped on the JAX backend.
 TF_ONLY = pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="a TensorFlow feature")
 
 # Every equivalence test runs with and without XLA (Keras turns XLA on by default on a GPU).
@@ -389,7 +389,7 @@ def test_bad_accumulation_steps_name_the_argument(value, error):
 
 
 def test_clone_model_keeps_the_accumulation_settings_and_trains_the_same():
-    """#30: keras.models.clone_model built the copy with k=1 (Keras passes only inputs,
+    """Keras.models.clone_model built the copy with k=1 (Keras passes only inputs,
     outputs and name), so the clone trained on whole batches without a word."""
     x, y, sw = classification_data(n=70)
     keras.utils.set_random_seed(0)
@@ -456,7 +456,7 @@ def test_mirrored_strategy_two_replicas_is_exact():
 @pytest.mark.e2e
 @pytest.mark.parametrize("replicas", [2, 3])
 def test_a_fresh_process_fits_inside_a_mirrored_scope_exactly(replicas):
-    """#34: built, compiled and fit inside the scope, in a process where nothing ran before
+    """Built, compiled and fit inside the scope, in a process where nothing ran before
     (the Keras self-check once misfired there: Keras scales losses inside a strategy's
     scope). GA equals plain Keras under the same strategy on whole batches, and the large
     batch on one device with an uneven last batch and sample weights, for k = 4, 3 and 1."""

@@ -1,4 +1,4 @@
-"""The Trainer's place in a cluster (TF_CONFIG) and the strategy it picks from it (#23)."""
+"""The Trainer's place in a cluster (TF_CONFIG) and the strategy it picks from it."""
 
 from __future__ import annotations
 

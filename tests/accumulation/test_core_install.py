@@ -1,4 +1,4 @@
-"""The model alone, as a Keras user installs it (#30): registered for ``load_model`` by
+"""The model alone, as a Keras user installs it: registered for ``load_model`` by
 ``import tfx_accum``, the TFX parts answering one line without the ``tfx`` extra, a core that
 requires no Keras backend, and a missing backend answering one line naming its extra.
 
@@ -62,6 +62,8 @@ def saved_model(tmp_path_factory) -> Path:
         "import keras; import tfx_accum",
         pytest.param("import tfx_accum; import tensorflow; import keras", marks=NEEDS_TF),
         pytest.param("import tensorflow; import tfx_accum; import keras", marks=NEEDS_TF),
+        # Another library asking whether Keras is installed, before importing it.
+        "import tfx_accum, importlib.util; importlib.util.find_spec('keras'); import keras",
     ],
 )
 def test_import_tfx_accum_registers_the_model_for_load_model(saved_model, imports):

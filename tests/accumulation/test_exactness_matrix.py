@@ -2,7 +2,7 @@
 
 Each case trains a plain ``keras.Model`` on the whole batch and a GradientAccumulationModel
 on the same batches (no shuffling) and asserts equal weights, optimizer slots and update
-counts; or it asserts the documented warning. The rows follow the audit in issue #7.
+counts; or it asserts the documented warning. The rows are the loss patterns Keras offers.
 """
 
 from __future__ import annotations

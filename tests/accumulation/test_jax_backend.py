@@ -1,4 +1,4 @@
-"""The model on the JAX backend (#35): what only JAX has, and TensorFlow not needed at all.
+"""The model on the JAX backend: what only JAX has, and TensorFlow not needed at all.
 
 The exactness matrix itself (test_accumulation.py, test_exactness_matrix.py,
 test_keras_surprises.py) runs on JAX unchanged in scripts/newest_stack.sh

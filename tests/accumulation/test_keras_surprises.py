@@ -1,4 +1,4 @@
-"""Keras features that made accumulation inexact or crash without a word (#30): each is now
+"""Keras features that made accumulation inexact or crash without a word: each is now
 exact, warned by name, or refused in one line. The warnings are checked against models
 that must stay silent (dropout, per-sample losses), and the exact cases against plain Keras.
 """

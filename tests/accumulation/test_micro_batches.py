@@ -1,4 +1,4 @@
-"""What a step does with its micro-batches, observed, and the cases of issue #17.
+"""What a step does with its micro-batches, observed, and its corner cases.
 
 The equivalence tests elsewhere compare weights with plain training on the whole batch,
 which a step that ignored ``k`` would match too. The tests here observe the micro-batches

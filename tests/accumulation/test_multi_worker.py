@@ -1,4 +1,4 @@
-"""Exact accumulation across two worker processes (MultiWorkerMirroredStrategy, #23).
+"""Exact accumulation across two worker processes (MultiWorkerMirroredStrategy).
 
 Two CPU workers on the loopback address (``TF_CONFIG``, one replica each) train the cases
 of tests/multi_worker_cases.py with the strategy the Trainer chooses; this process trains

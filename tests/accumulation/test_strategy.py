@@ -1,4 +1,5 @@
-"""Strategy choice and the batch arithmetic across replicas (accumulation/strategy.py)."""
+"""Strategy choice and the batch arithmetic across replicas
+(tfx_accum.components.accumulation.strategy)."""
 
 from __future__ import annotations
 

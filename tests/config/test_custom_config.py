@@ -1,7 +1,7 @@
 """``custom_config``, the typed contract between a TFX pipeline and the modules
-(components/config/custom_config.py): checked where the pipeline is written (``module_config``) and
-read by ``tuner_fn`` and ``run_fn`` through the same checks, each mistake one line in
-``custom_config``'s words, with the closest key."""
+(tfx_accum.components.config.custom_config): checked where the pipeline is written
+(``module_config``) and read by ``tuner_fn`` and ``run_fn`` through the same checks, each
+mistake one line in ``custom_config``'s words, with the closest key."""
 
 from __future__ import annotations
 

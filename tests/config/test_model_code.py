@@ -1,5 +1,5 @@
 """A model function's code is part of what its model is keyed by
-(components/config/model_code.py): TFX's cache key (the Tuner's and Trainer's
+(tfx_accum.components.config.model_code): TFX's cache key (the Tuner's and Trainer's
 ``custom_config``), the Tuner's search and the Trainer's backup. An edit of the module, or of
 a module it imports from the user's directory, changes them; an edit elsewhere does not. The
 same holds for ``model_hyperparameters``' function, and for the ``custom_config`` a stock TFX

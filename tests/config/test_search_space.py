@@ -1,4 +1,5 @@
-"""The search space (components/config/search_space.py): validation, custom_config, the limit."""
+"""The search space (tfx_accum.components.config.search_space): validation, custom_config, the
+limit."""
 
 from __future__ import annotations
 

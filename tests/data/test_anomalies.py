@@ -1,4 +1,4 @@
-"""ExampleValidator's anomalies reach the run's summary, one line each (#32): they were
+"""ExampleValidator's anomalies reach the run's summary, one line each: they were
 recorded in ``SchemaDiff.pb`` and never said."""
 
 from __future__ import annotations

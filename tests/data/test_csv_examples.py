@@ -1,4 +1,4 @@
-"""The streaming CsvExampleGen executor writes what TFX's writes (#31): per split, the same
+"""The streaming CsvExampleGen executor writes what TFX's writes: per split, the same
 tf.Examples, with empty cells, text, ints and floats, odd numerals and typeless columns."""
 
 from __future__ import annotations
@@ -162,3 +162,22 @@ def test_a_large_input_is_written_in_several_files_per_split(data, tmp_path, mon
         assert [f.name for f in files] == [f"data_tfrecord-{i:05d}-of-00004.gz" for i in range(4)]
         sizes = [sum(1 for _ in tf.data.TFRecordDataset(str(f), "GZIP")) for f in files]
         assert min(sizes) > 0
+
+
+def test_a_quoted_line_break_is_one_value_for_the_check_and_for_example_gen(tmp_path, monkeypatch):
+    """The data check judges the rows ExampleGen writes: a quoted value over two lines is one
+    cell of one row in both readings (one pyarrow reader, ``newlines_in_values``), also where
+    a read block ends inside it (blocks of a few bytes here)."""
+    from tfx_accum.components.data import csv_reader
+    from tfx_accum.pipeline.checks.csv_check import validate_csv_dir
+
+    monkeypatch.setattr(csv_reader, "BLOCK_BYTES", 16)
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "table.csv").write_text('a,text,label\n1,"two\nlines",0\n2,one,1\n\n3,"x",0\n')
+    summary = validate_csv_dir(str(data), "label")
+    records = [r for chunk in csv_examples.examples([str(data / "table.csv")]) for r in chunk]
+    texts = [tf.train.Example.FromString(r).features.feature["text"] for r in records]
+    assert summary.rows == len(records) == 3
+    assert [t.bytes_list.value[0] for t in texts] == [b"two\nlines", b"one", b"x"]
+    assert dict(summary.vocabularies)["text"] == ("one", "two\nlines", "x")

@@ -1,4 +1,5 @@
-"""The data description from the schema and StatisticsGen's statistics (data/features.py)."""
+"""The data description from the schema and StatisticsGen's statistics
+(tfx_accum.components.data.features)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The examples' fingerprint that keys the search and the Trainer's backup (data/datasets.py).
+"""The examples' fingerprint that keys the search and the Trainer's backup
+(tfx_accum.components.data.datasets).
 
 It must be the same for the same examples however ExampleGen wrote them (files, shards,
 order, the serialized order of each example's features, which a protobuf map does not

@@ -1,4 +1,4 @@
-"""Examples held in memory (components/data/datasets.py: ``HeldInMemory``, ``stream_reads``):
+"""Examples held in memory (tfx_accum.components.data.datasets: ``HeldInMemory``, ``stream_reads``):
 a shuffled stream over them yields what the stream over the whole split yields."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""ExampleGen's and ImportSchemaGen's cache keys see the contents of the user's files (#32):
+"""ExampleGen's and ImportSchemaGen's cache keys see the contents of the user's files:
 TFX's driver fingerprints input files by count, size and modification time to the second, so
 a file rewritten at the same size and time was served from the cache."""
 

@@ -1,4 +1,4 @@
-"""A split in several files is read one file after another (components/data/datasets.py:
+"""A split in several files is read one file after another (tfx_accum.components.data.datasets:
 ``_parsed``): the examples' order, and so each trial's and the Trainer's batches, does not
 depend on how many CPUs the reading machine has.
 

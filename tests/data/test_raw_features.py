@@ -1,6 +1,6 @@
 """The numeric columns' first values, taken in one block, equal each column's own.
 
-components/data/raw_features.py gathers every ragged numeric column's first value at once
+tfx_accum.components.data.raw_features gathers every ragged numeric column's first value at once
 (a fixed number of ops whatever the width); the reference is each column on its own through
 ``RaggedTensor.to_tensor``, what the serving function did before. Examples with no value,
 with several values, integer and float columns, and an empty batch.

@@ -1,5 +1,5 @@
 """The examples the Tuner and Trainer hold are the examples read, counted and checked
-(components/data/datasets.py: ``read_splits``, ``held_parts``, ``HeldInMemory``): a split
+(tfx_accum.components.data.datasets: ``read_splits``, ``held_parts``, ``HeldInMemory``): a split
 that yields fewer examples than its statistics count, or fewer than a part asks for, is an
 error naming both counts, never a shorter part reported as the full one.
 

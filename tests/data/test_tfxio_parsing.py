@@ -1,4 +1,4 @@
-"""components/data/tfxio_parsing.py: TFXIO's tensors, read without its per-record handoff."""
+"""tfx_accum.components.data.tfxio_parsing: TFXIO's tensors, read without its per-record handoff."""
 
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tfx_accum.kubeflow.check_image_wheels import check
+from tfx_accum.kubeflow.image_tools.check_image_wheels import check
 
 # Runs the pipeline or a command in subprocesses (minutes): `pytest -m "not e2e"` skips it.
 pytestmark = pytest.mark.e2e
@@ -29,7 +29,8 @@ RUN python -m pip install --upgrade pip \\
       cpu) ;; \\
       *) echo "ACCELERATOR must be gpu, tpu or cpu, got $ACCELERATOR" >&2; exit 1 ;; \\
     esac \\
- && python -c "import tfx_accum.components, tfx, keras; assert keras.__version__.startswith('3')"
+ && python -c "import sysconfig, tfx_accum.components as c; \\
+      assert c.__file__.startswith(sysconfig.get_paths()['purelib']), 'from ' + c.__file__"
 """
 
 
@@ -50,10 +51,12 @@ def test_the_old_image_would_have_failed_the_check():
 
 # --- the image's layout (kubeflow/Dockerfile read and replayed without Docker) ---
 
-# The layout of the image before issue #19 (commit f5406ed): the project installed from
+# The image's earlier layout (commit f5406ed): the project installed from
 # sources copied into the WORKDIR, which `python -m` and `python -c` put first on sys.path.
-# (Its install line gains --no-compile here, to spare the test the bytecode: the failure
-# does not depend on it; its builder gains the pinned build tools of #36.)
+# The package imported there is the WORKDIR's copy (its subpackages found beside it by
+# tfx_accum's __path__); its check asserts the installed one. (Its install line gains --no-compile
+# here, to spare the test the bytecode: the failure does not depend on it; its builder gains
+# the pinned build tools.)
 OLD_LAYOUT = """
 FROM python:3.10-slim-bookworm AS builder
 RUN python -m pip install --no-cache-dir "pip==24.3.1" "setuptools==75.3.0" "wheel==0.45.1"
@@ -71,12 +74,13 @@ COPY pipeline ./pipeline
 COPY kubeflow ./kubeflow
 RUN python -m pip install --no-compile --only-binary=:all: --find-links /wheels \\
       -c constraints.txt . \\
- && python -c "import tfx_accum.components, tfx, keras; assert keras.__version__.startswith('3')"
+ && python -c "import sysconfig, tfx_accum.components as c; \\
+      assert c.__file__.startswith(sysconfig.get_paths()['purelib']), 'from ' + c.__file__"
 """
 
 
 def test_the_image_installs_its_wheel_as_a_user_of_its_own_with_an_empty_workdir():
-    from tfx_accum.kubeflow import dockerfile
+    from tfx_accum.kubeflow.image_tools import dockerfile
 
     builder, final = dockerfile.parse(DOCKERFILE.read_text())
     # The project's wheel is built in the builder stage from its sources ...
@@ -99,7 +103,7 @@ def test_the_image_installs_its_wheel_as_a_user_of_its_own_with_an_empty_workdir
 
 
 def test_the_build_context_leaves_out_the_environment_and_caches():
-    from tfx_accum.kubeflow.image_replay import ignore_patterns, ignored
+    from tfx_accum.kubeflow.image_tools.image_replay import ignore_patterns, ignored
 
     patterns = ignore_patterns(DOCKERFILE.parents[1])
     for path in (
@@ -142,16 +146,16 @@ def test_the_replayed_image_carries_bytecode_and_nothing_in_its_workdir(image):
 
 
 def test_the_old_layout_shadows_the_installed_package(tmp_path):
-    """Replayed, the layout before #19 fails where `docker build` failed: its own check."""
-    from tfx_accum.kubeflow.image_replay import ReplayError, replay
+    """Replayed, the earlier layout fails where `docker build` failed: its own check."""
+    from tfx_accum.kubeflow.image_tools.image_replay import ReplayError, replay
 
     old = tmp_path / "Dockerfile"
     old.write_text(OLD_LAYOUT)
-    with pytest.raises(ReplayError, match="No module named 'tfx_accum.components'"):
+    with pytest.raises(ReplayError, match=r"from \S*/opt/tfx-accum/components/__init__\.py"):
         replay(old, DOCKERFILE.parents[1], tmp_path / "replay", variant="cpu")
 
 
-# The builder stage before #36: the base image's own pip (23.0.1) and no `wheel`, which built
+# A builder stage with the base image's own pip (23.0.1) and no `wheel`, which built
 # rouge-score's sdist (no pyproject.toml) only when a warm pip cache already held its wheel.
 OLD_BUILDER = """
 FROM python:3.10-slim-bookworm AS builder
@@ -163,9 +167,9 @@ FROM python:3.10-slim-bookworm
 
 def test_the_replay_builds_from_an_empty_pip_cache_as_docker_does(tmp_path):
     """Each replayed stage gets a pip cache of its own, empty, whatever this machine's holds:
-    the builder before #36 fails here as on a fresh docker builder, and a stage's RUN lines
+    that builder stage fails here as on a fresh docker builder, and a stage's RUN lines
     see that cache (the real builder's success from it is the `image` fixture's)."""
-    from tfx_accum.kubeflow.image_replay import ReplayError, replay
+    from tfx_accum.kubeflow.image_tools.image_replay import ReplayError, replay
 
     old = tmp_path / "Dockerfile"
     old.write_text(OLD_BUILDER)

@@ -43,7 +43,12 @@ def validate(path: Path) -> dict:
     if not SPEC_DIR.is_dir():
         pytest.fail(f"{SPEC_DIR} is missing: run scripts/setup_env.sh")
     proc = subprocess.run(
-        [sys.executable, "-S", str(ROOT / "kubeflow" / "validate_spec.py"), str(path)],
+        [
+            sys.executable,
+            "-S",
+            str(ROOT / "kubeflow" / "image_tools" / "validate_spec.py"),
+            str(path),
+        ],
         capture_output=True,
         text=True,
         env={**os.environ, "PYTHONPATH": str(SPEC_DIR)},
@@ -145,7 +150,8 @@ def test_tuner_and_trainer_are_retried_after_preemption(compiled, pool):
 def test_beam_workers_follow_the_pod_not_the_node(compiled):
     text = compiled["gpu"].read_text()
     # direct_num_workers=0 would start one worker per CPU of the node; the data components'
-    # pods have 2 CPUs, where Beam runs in-process (pipeline/beam_args.py, bench.beam_sizing).
+    # pods have 2 CPUs, where Beam runs in-process (tfx_accum.pipeline.beam_args,
+    # bench.beam_sizing).
     assert "direct_num_workers=1" in text and "direct_num_workers=0" not in text
     assert "direct_running_mode=in_memory" in text and BEAM_PLUGIN_ARG not in text
 

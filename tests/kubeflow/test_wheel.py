@@ -66,6 +66,39 @@ def test_wheel_installs_no_colliding_top_level_packages(wheel_env):
     assert "tfx_accum/kubeflow/node_pools.yaml" in names
 
 
+def test_the_wheel_holds_only_modules_the_installed_package_uses(wheel_env):
+    """Nothing a user never imports: every module is imported or named by another one of
+    the wheel, an entry point or a program (tests/installed_modules.py); the image tools
+    (kubeflow/image_tools) are not in it."""
+    from installed_modules import module_name, unused
+
+    wheel, _, _ = wheel_env
+    archive = zipfile.ZipFile(wheel)
+    modules = {
+        module_name(name): archive.read(name).decode()
+        for name in archive.namelist()
+        if name.endswith(".py")
+    }
+    assert "tfx_accum.components.training.trainer" in modules
+    assert not [name for name in modules if ".image_tools" in name]
+    assert not unused(modules), unused(modules)
+
+
+def test_from_the_repository_root_the_installed_wheel_imports_the_subpackages(wheel_env):
+    """Python imports the checkout's tfx_accum/ from there, before the installed one; its
+    subpackages are found beside it."""
+    _, venv, _ = wheel_env
+    proc = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", "import tfx_accum.components as c; print(c.__file__)"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split()[-1] == str(ROOT / "components" / "__init__.py")
+
+
 def test_installed_wheel_compiles_for_a_gpu_node_pool(wheel_env):
     _, venv, work = wheel_env
     output = work / "gpu.yaml"

@@ -1,5 +1,5 @@
 """A TFX module's own model function, unchanged, as the Tuner and Trainer build it
-(components/models/model_function.py, custom_model.py): the three kinds told apart by
+(tfx_accum.components.models.model_function, custom_model.py): the three kinds told apart by
 their signature; the model kept (inputs, outputs, loss, metrics, optimizer class) and
 wrapped for accumulation; fed the features as Transform wrote them; served as TFX serves it.
 Every refusal is one line in ``custom_config``'s words. The models are tests/tfx_model_functions.py.

@@ -1,4 +1,5 @@
-"""The built-in models (training/models.py) and the model choice (checks/model_choice.py)."""
+"""The built-in models (tfx_accum.components.models.models) and the model choice
+(tfx_accum.pipeline.checks.model_choice)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The local run's Beam sizing (pipeline/beam_args.py) against ``bench.beam_sizing``'s
+"""The local run's Beam sizing (tfx_accum.pipeline.beam_args) against ``bench.beam_sizing``'s
 committed figures: on every shape the bench measured, the mode the rule picks for that
 input on the bench's CPUs took no longer than ``in_memory``."""
 

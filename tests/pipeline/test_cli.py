@@ -112,7 +112,7 @@ def test_a_failing_component_shows_its_cause_and_the_log(tmp_path, capfd, monkey
     monkeypatch.setattr(local_runner, "run_local", failing_run_local)
     data = tmp_path / "data"
     data.mkdir()
-    # Rows enough to train, validate and evaluate (components/config/tasks.py: MIN_EXAMPLES).
+    # Rows enough to train, validate and evaluate (tfx_accum.components.config.tasks: MIN_EXAMPLES).
     (data / "d.csv").write_text("a,label\n" + "".join(f"{i},{i % 2}\n" for i in range(40)))
     assert main(["run", "--data-root", str(data), "--output-dir", str(tmp_path / "o")]) == 1
     out, err = capfd.readouterr()
@@ -233,7 +233,7 @@ def test_a_command_runs_where_its_temporary_directory_cannot_be_made(tmp_path, m
         assert path == str(tmp_path / "missing")
 
 
-# --- output directories that would lose or mix up files (#32): exit 2, nothing written ---
+# --- output directories that would lose or mix up files: exit 2, nothing written ---
 
 
 def _data(tmp_path: Path) -> Path:

@@ -1,4 +1,5 @@
-"""The CSV check (checks/csv_check.py) and the embedded digits (checks/data.py)."""
+"""The CSV check (tfx_accum.pipeline.checks.csv_check) and the embedded digits
+(tfx_accum.pipeline.checks.data)."""
 
 from __future__ import annotations
 
@@ -66,7 +67,7 @@ def test_labels_that_skip_class_zero_are_warned_about(tmp_path):
 
 
 def test_a_column_that_copies_the_label_is_refused_with_the_way_out(tmp_path):
-    """#32: a `Label` column equal to `label` trained to accuracy 1.0, blessed and pushed."""
+    """A `Label` column equal to `label` trained to accuracy 1.0, blessed and pushed."""
     rows = "".join(f"{i % 7},{i % 3},{i % 3}\n" for i in range(60))
     (tmp_path / "d.csv").write_text("a,Label,label\n" + rows)
     with pytest.raises(DataError) as raised:

@@ -1,5 +1,5 @@
-"""The CSV check's pyarrow path (checks/csv_numeric.py) gives the cell-by-cell check's
-summary for tables of plain numbers, and steps aside for anything else."""
+"""The CSV check's pyarrow path (tfx_accum.pipeline.checks.csv_numeric) gives the cell-by-cell
+check's summary for tables of plain numbers, and steps aside for anything else."""
 
 from __future__ import annotations
 

@@ -80,8 +80,8 @@ def test_a_worker_with_another_tfx_accum(tmp_path, capsys):
     path = os.pathsep.join(filter(None, [str(shadow), os.environ.get("PYTHONPATH")]))
     ours = importlib.metadata.version("tfx-accum")
     assert ours != "0.0.1"
-    # Started elsewhere than here: this checkout's own metadata (tfx_accum.egg-info, of the
-    # editable install) would come first on a path that starts with the working directory.
+    # Started elsewhere than here: this checkout's own metadata (the editable install's
+    # egg-info folder) would come first on a path that starts with the working directory.
     other = ["env", "-C", str(tmp_path), f"PYTHONPATH={path}"]
     with dask_cluster(tmp_path / "logs", workers=2, wrap={1: other}) as c:
         with distributed.Client(c.address, timeout=30) as client:

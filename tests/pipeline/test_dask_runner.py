@@ -1,4 +1,4 @@
-"""The DaskRunner (pipeline/local/dask_runner.py) on a cluster of real processes.
+"""The DaskRunner (tfx_accum.pipeline.local.dask_runner) on a cluster of real processes.
 
 One tiny Beam pipeline per point the runner mends in Beam's own DaskRunner: each runs on the
 DirectRunner (the reference), on this runner, which must give the same output, and on

@@ -1,4 +1,4 @@
-"""The data check on users' tables (#18): tasks, columns, schemas, and never a silently
+"""The data check on users' tables: tasks, columns, schemas, and never a silently
 wrong model. Each bad case is a one-line error with exit code 2 and nothing written."""
 
 from __future__ import annotations
@@ -147,7 +147,7 @@ def test_a_schema_drops_columns_and_declares_categories(tmp_path):
         ({"x": "FLOAT"}, "no feature for the label 'label'"),
         ({"x": "FLOAT", "y": "INT", "label": "INT"}, "names 'y', which the data does not have"),
         ({"x": "BYTES", "label": "INT"}, "types 'x' as BYTES, but the data holds numeric"),
-        # #32: a BYTES label over integers failed in the Trainer after 29 s.
+        # A BYTES label over integers: refused here, not in the Trainer after the data's pass.
         (
             {"x": "FLOAT", "label": "BYTES"},
             "types the label 'label' as BYTES, but the data holds integers",

@@ -1,9 +1,9 @@
-"""The data's quiet corners (#46): what ExampleGen would read otherwise than the user meant,
+"""The data's quiet corners: what ExampleGen would read otherwise than the user meant,
 refused before any component runs with one line naming the file and the line or record (exit
 code 2), or read as the user asks.
 
 - a column of numbers with a stray token (``N/A``, ``-``): refused, or read as missing with
-  ``--missing-values``, or as text with ``--categorical`` (pipeline/checks/stray_tokens.py's
+  ``--missing-values``, or as text with ``--categorical`` (tfx_accum.pipeline.checks.stray_tokens's
   rule: a text column stays text);
 - a header line repeated inside a CSV (``cat part-*.csv``);
 - ``--data-root`` with glob characters (``data[1]`` beside ``data1``);

@@ -1,11 +1,11 @@
 """The Evaluator's configuration per task, run by TFMA on small exported models.
 
-Each model is a SavedModel with the Trainer's serving contract (components/training/export.py):
-``serving_default`` takes serialized tf.Examples (``examples``) and returns ``scores``
-(class probabilities) and ``classes``, or ``predictions`` ``[batch, 1]`` for regression;
-``transform_labels`` returns the label (a class index, or the number). TFMA's own
-``run_model_analysis`` (Beam's DirectRunner, as in the Evaluator) evaluates it with
-:func:`eval_config` and writes the metrics and the validation that blesses or not; the
+Each model is a SavedModel with the Trainer's serving contract
+(tfx_accum.components.training.export): ``serving_default`` takes serialized tf.Examples
+(``examples``) and returns ``scores`` (class probabilities) and ``classes``, or ``predictions``
+``[batch, 1]`` for regression; ``transform_labels`` returns the label (a class index, or the
+number). TFMA's own ``run_model_analysis`` (Beam's DirectRunner, as in the Evaluator) evaluates it
+with :func:`eval_config` and writes the metrics and the validation that blesses or not; the
 tests compare them with numpy and scikit-learn on the same examples.
 """
 
@@ -385,7 +385,7 @@ def test_the_pipelines_evaluator_gets_the_tasks_config():
 @pytest.mark.parametrize("task", [tasks.MULTICLASS, tasks.BINARY, tasks.REGRESSION])
 def test_every_metric_is_computed_without_tensorflow(task):
     """No metric of the Evaluator is a Keras metric, which TFMA computes by tracing
-    TensorFlow functions (about 2 s of every Evaluator): each is TFMA's own or ours."""
+    TensorFlow functions in every Evaluator: each is TFMA's own or ours."""
     from tensorflow_model_analysis.metrics import metric_types
 
     native = metric_types.registered_metrics()

@@ -1,4 +1,4 @@
-"""The Evaluator reads only the columns the evaluation needs (pipeline/evaluator_inputs.py).
+"""The Evaluator reads only the columns the evaluation needs (tfx_accum.pipeline.evaluator_inputs).
 
 TFX loads ``custom_extractors`` from the Evaluator's ``module_path`` and silently falls
 back to TFMA's defaults where the module or the function is missing, so the first test

@@ -1,4 +1,4 @@
-"""Faults with real processes (issue #20): a full disk during the push, a corrupted cache,
+"""Faults with real processes: a full disk during the push, a corrupted cache,
 stop signals to the run's process alone (Beam's workers, a run started in the background),
 a search state cut short, and an output directory that others can write to.
 
@@ -120,7 +120,7 @@ BEAM_WORKERS = [
 def test_sigterm_while_beam_workers_run_stops_them_and_the_run(tmp_path):
     out = tmp_path / "out"
     run = Run(out, [*NO_TUNE, *BEAM_WORKERS])
-    # StatisticsGen: CsvExampleGen's executor (components/data/csv_examples.py) reads with
+    # StatisticsGen: CsvExampleGen's executor (tfx_accum.components.data.csv_examples) reads with
     # pyarrow and starts no Beam workers; TFDV's statistics run on Beam's.
     run.wait_for(r"^\[pipeline\] StatisticsGen running")
     deadline = time.monotonic() + 300

@@ -1,4 +1,4 @@
-"""Hostile input and a shared output directory, before any component runs (issue #20).
+"""Hostile input and a shared output directory, before any component runs.
 
 - The input check never raises a traceback (bytes that are not UTF-8, a NUL byte, a field
   over the CSV parser's limit, a directory named like a data file) and reads exactly the

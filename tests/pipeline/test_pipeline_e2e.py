@@ -101,7 +101,7 @@ def execution_dirs(pipeline_root: Path) -> set[Path]:
 def test_a_run_leaves_nothing_in_the_temporary_directory(first_run):
     """AutoGraph's generated sources (deleted at exit by atexit, which the command's
     os._exit skips) and Beam's staging directories go to the run's own directory, removed
-    before the exit (pipeline/cli/temp_dir.py)."""
+    before the exit (tfx_accum.pipeline.cli.temp_dir)."""
     out, _, _ = first_run
     assert sorted(p.name for p in (out.parent / "tmp").iterdir()) == []
 

@@ -1,4 +1,4 @@
-"""Users' tables end to end (#18): public data sets with their own column names, written by
+"""Users' tables end to end: public data sets with their own column names, written by
 pandas, through the whole pipeline; the served model against the trivial baseline and a
 scikit-learn baseline (HistGradientBoosting) fitted and scored on the same splits.
 

@@ -84,7 +84,7 @@ def test_ctrl_c_in_the_trainer_exits_130_with_one_line_and_resumes(uninterrupted
 def _stopped_in_the_trainer(tmp_path: Path, signum: signal.Signals, at: str) -> Path:
     """A run sent ``signum`` (to its process alone) at ``at`` % of the Trainer's updates: it
     stops with one line, exit 130, its execution CANCELED and its temporary files removed
-    (pipeline/cli/temp_dir.py: AutoGraph's generated sources of the Trainer's step, which its
+    (tfx_accum.pipeline.cli.temp_dir: AutoGraph's generated sources of the Trainer's step, which its
     atexit handler would delete, are left otherwise). Returns the output directory."""
     out, user_tmp = tmp_path / signum.name.lower(), tmp_path / "tmp"
     user_tmp.mkdir()
@@ -113,7 +113,7 @@ def test_sigterm_to_the_run_in_the_trainer_stops_it_as_ctrl_c_does(uninterrupted
 
 
 def test_sighup_to_the_run_stops_it_as_sigterm_does(tmp_path):
-    """#32: SIGHUP (the terminal closed, no nohup) killed the run at once: exit 129, no line,
+    """SIGHUP (the terminal closed, no nohup) killed the run at once: exit 129, no line,
     its temporary files and a RUNNING execution left. Now it is a stop request like SIGTERM
     (the resumption after it is SIGTERM's test's)."""
     _stopped_in_the_trainer(tmp_path, signal.SIGHUP, "25")

@@ -1,5 +1,5 @@
 """A run that would change what ``serving_model`` serves is refused unless asked for
-(pipeline/checks/serving_signature.py): the signature a run's export will have is known
+(tfx_accum.pipeline.checks.serving_signature): the signature a run's export will have is known
 before it runs (``export.serving_outputs``, checked here against real exports), and the
 newest version's is read from its SavedModel."""
 

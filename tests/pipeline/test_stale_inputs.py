@@ -1,4 +1,4 @@
-"""A rerun on changed inputs never comes from the cache (#32): real runs of the command.
+"""A rerun on changed inputs never comes from the cache: real runs of the command.
 
 TFX keys a cached ExampleGen by its input files' count, size and modification time to the
 second; a CSV whose every label is inverted in place, at the same size, with its time
@@ -61,7 +61,7 @@ def _trained_features(out: Path) -> list[str]:
 
 
 def test_a_schema_edited_in_place_is_imported_again(tmp_path):
-    """#32: a --schema file overwritten with more features was served from the cache: the
+    """A --schema file overwritten with more features was served from the cache: the
     console said the new features, the pushed model was the old schema's."""
     data, out, schema = tmp_path / "data", tmp_path / "out", tmp_path / "schema.pbtxt"
     data.mkdir()

@@ -17,8 +17,9 @@ from tfx_accum.pipeline.local.dask_cluster import dask_beam_args
 
 def test_a_local_run_never_imports_the_google_cloud_clients():
     """``from tfx import v1`` imports TFX's Google Cloud extensions, and with them
-    ``google.cloud.aiplatform`` (about 3 s). A local run builds, and the Tuner and Trainer
-    modules run, without them; only the Vertex AI Trainer (vertex_trainer.py) needs it."""
+    ``google.cloud.aiplatform``, slow to import. A local run builds, and the Tuner and Trainer
+    modules run, without them; only the Vertex AI Trainer
+    (tfx_accum.components.training.vertex_trainer) needs it."""
     code = (
         "import sys\n"
         "from tfx_accum.pipeline.pipeline import create_pipeline\n"
@@ -46,7 +47,7 @@ def test_a_local_run_never_imports_the_google_cloud_clients():
     ],
 )
 def test_direct_runner_arguments_make_tfx_build_no_package(args, monkeypatch):
-    """TFX builds an sdist of itself for every Beam component (1-1.5 s each) unless a
+    """TFX builds an sdist of itself for every Beam component unless a
     dependency option is set; the DirectRunner's workers are this interpreter, the
     DaskRunner's run this environment too."""
     from tfx.utils import dependency_utils

@@ -1,6 +1,6 @@
 """TFXIO's reads batched by bytes, in this process and in Beam's worker processes.
 
-pipeline/tfxio_batching.py sets tfx_bsl's ``--tfxio_use_byte_size_batching``: here
+tfx_accum.pipeline.tfxio_batching sets tfx_bsl's ``--tfxio_use_byte_size_batching``: here
 a TFXIO source over 3,000 small examples gives fewer, fuller record batches with it than
 without (the same examples), and a ``multi_processing`` DirectRunner started with the
 local runner's arguments reports it set in its worker processes.

@@ -168,7 +168,8 @@ def _alive(pid: int) -> bool:
 
 
 def _two_workers_in_trials(chief: subprocess.Popen, tmp_path: Path) -> list[int]:
-    """The chief's two worker pids, once both run and a trial has started (5 min at most)."""
+    """The chief's two worker pids, once both run and a trial has started (within the
+    deadline below)."""
     deadline, workers = time.monotonic() + 300, []
     while time.monotonic() < deadline and chief.poll() is None:
         workers = _children(chief.pid)
@@ -222,7 +223,7 @@ def test_the_chief_and_its_children_grow_gpu_memory_as_needed(monkeypatch):
 
 
 def test_a_stopped_worker_is_told_from_a_working_one():
-    """#32: a worker stopped with `kill -STOP` hung the search without a line; the chief now
+    """A worker stopped with `kill -STOP` hung the search without a line; the chief now
     kills a worker that uses no CPU time for worker_stall_seconds (its trial fails)."""
     from tfx_accum.components.search.parallel_search import StallWatch
 
@@ -262,7 +263,7 @@ run_tuner_component(Path(sys.argv[1]), Path(sys.argv[2]), space, parallel_trials
 @pytest.mark.e2e
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_a_worker_stopped_with_sigstop_is_killed_and_the_search_goes_on(first_run, tmp_path):
-    """#32: `kill -STOP` on a worker hung the search without a line. The chief kills it after
+    """`kill -STOP` on a worker hung the search without a line. The chief kills it after
     worker_stall_seconds of no CPU time, its trial fails, and the search finishes."""
     chief = subprocess.Popen(
         [sys.executable, "-c", STALLING_CHIEF, str(first_run[0]), str(tmp_path)],

@@ -1,4 +1,5 @@
-"""Unit tests of the search policy (search/search_policy.py): no TensorFlow, milliseconds."""
+"""Unit tests of the search policy (tfx_accum.components.search.search_policy): no TensorFlow,
+milliseconds."""
 
 from __future__ import annotations
 

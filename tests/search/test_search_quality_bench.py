@@ -12,7 +12,7 @@ import pytest
 from bench import search_quality
 
 
-@pytest.mark.e2e  # the bench's smoke run: three real searches on a real table (30 s)
+@pytest.mark.e2e  # the bench's smoke run: three real searches on a real table
 def test_smoke_run_writes_curves_for_every_method(tmp_path: Path) -> None:
     assert search_quality.main(["--smoke", "--output", str(tmp_path)]) == 0
     report = json.loads((tmp_path / "search_quality.json").read_text())

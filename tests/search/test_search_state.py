@@ -1,4 +1,4 @@
-"""The Tuner's search state: atomic writes, and recovery from files cut short (issue #20).
+"""The Tuner's search state: atomic writes, and recovery from files cut short.
 
 A real Keras Tuner (the pipeline's ``make_tuner``) in a directory of its own; trials are
 created and ended through the oracle's API, so no model trains. The process tests are

@@ -1,5 +1,6 @@
-"""The Tuner's HyperModel and tuner classes (components/search/hypermodel.py, search_tuners.py):
-failed trials, the effective-batch limit, reused models."""
+"""The Tuner's HyperModel and tuner classes (tfx_accum.components.search.hypermodel,
+tfx_accum.components.search.search_tuners): failed trials, the effective-batch
+limit, reused models."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The Trainer's budget rule (components/training/budget.py)."""
+"""The Trainer's budget rule (tfx_accum.components.training.budget)."""
 
 from __future__ import annotations
 

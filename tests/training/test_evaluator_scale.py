@@ -1,9 +1,9 @@
 """The baseline metrics' numpy path gives the Evaluator's values of the per-example path.
 
-The combiners of components/training/baseline_metrics.py buffer the plain examples the Evaluator
-hands them (one model, unweighted, the serving dict's ``scores`` or ``predictions``) and
+The combiners of tfx_accum.components.training.baseline_metrics buffer the plain examples the
+Evaluator hands them (one model, unweighted, the serving dict's ``scores`` or ``predictions``) and
 count them with numpy in batches, instead of running TFMA's
-``to_label_prediction_example_weight`` on each (#31: most of the Evaluator's own time).
+``to_label_prediction_example_weight`` on each (most of the Evaluator's own time).
 Here TFMA evaluates the same exported model on the same examples twice, with the numpy
 path and with every example forced through the per-example path, for each task: the
 metrics must be equal (classification: the same counts; regression: to float rounding),
@@ -61,8 +61,8 @@ def predict(task: str, x):
 
 
 class Model(tf.Module):
-    """The Trainer's serving contract (components/training/export.py): ``serving_default`` returns
-    ``scores`` and ``classes`` (or ``predictions``), ``transform_labels`` the label."""
+    """The Trainer's serving contract (tfx_accum.components.training.export): ``serving_default``
+    returns ``scores`` and ``classes`` (or ``predictions``), ``transform_labels`` the label."""
 
     def __init__(self, task: str):
         super().__init__()

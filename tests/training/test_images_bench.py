@@ -71,7 +71,7 @@ def test_every_bench_module_imports_what_it_names():
 
 def test_the_import_check_sees_a_name_that_is_gone(tmp_path):
     """A function-level import of a name that is gone (bench.images' ``describe_data``
-    from components/data/features.py) is found; a module that is gone too."""
+    from tfx_accum.components.data.features) is found; a module that is gone too."""
     stale = tmp_path / "stale.py"
     stale.write_text(
         "def one():\n"

@@ -1,7 +1,7 @@
-"""The Trainer on two machines, as Vertex AI Training runs it, on the loopback address (#23).
+"""The Trainer on two machines, as Vertex AI Training runs it, on the loopback address.
 
 The pipeline's Trainer on Vertex AI is TFX's Vertex AI Training extension with this
-project's executor (components/training/trainer_component.py). Its executor is run here on a
+project's executor (tfx_accum.components.training.trainer_component). Its executor is run here on a
 finished
 local run's examples, statistics and schema, up to the point where TFX would submit the
 ``CustomJob``: the job is captured instead. Every worker pool's command (TFX's
@@ -201,7 +201,7 @@ def test_a_two_machine_vertex_trainer_resumes_and_equals_one_device(
     assert np.max(np.abs(scores - want)) < 1e-5, np.max(np.abs(scores - want))
 
 
-# --- one machine with several devices: MirroredStrategy, chosen by the Trainer itself (#34) ---
+# --- one machine with several devices: MirroredStrategy, chosen by the Trainer itself ---
 
 MIRRORED = Path(__file__).resolve().parents[1] / "mirrored_executor.py"
 

@@ -201,7 +201,7 @@ def test_the_pipeline_trains_and_serves_float32(precision, tmp_path):
     """The whole pipeline under a mixed policy (float32 is every other e2e test's): the
     Tuner's trials and the Trainer train, the pushed model computes in the half type and
     serves float32 scores that classify the digits. The mlp: on the CPU float16
-    convolutions run about 30x slower than float32 ones."""
+    convolutions run much slower than float32 ones."""
     from pipeline_runs import SMALL, digits_examples, run_cli
 
     out = tmp_path / "out"
@@ -228,7 +228,7 @@ def test_the_pipeline_trains_and_serves_float32(precision, tmp_path):
 
 
 def test_a_logits_model_serves_probabilities(tmp_path):
-    """#29: a model function with a linear last layer and a from_logits loss (TFX's penguin
+    """A model function with a linear last layer and a from_logits loss (TFX's penguin
     example's) serves class probabilities as ``scores``: the softmax of its logits."""
     splits = tiny_splits()
     model = build_model("custom_models:logits_mlp", splits.data, 2, 1e-2)
@@ -244,7 +244,7 @@ def test_a_logits_model_serves_probabilities(tmp_path):
 
 
 def test_a_model_function_declaring_a_searched_name_is_told_which_wins(capsys):
-    """#29: the function's own hp.Choice('learning_rate') is shadowed by tfx-accum's search:
+    """The function's own hp.Choice('learning_rate') is shadowed by tfx-accum's search:
     said in one line; its other hyperparameters (units) are its own and pass in silence."""
     import keras_tuner
 

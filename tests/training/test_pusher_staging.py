@@ -1,4 +1,4 @@
-"""The Pusher's staging directory left by a killed push is removed by the next push (#32):
+"""The Pusher's staging directory left by a killed push is removed by the next push:
 SIGKILL runs no cleanup, and ``serving_model/.incoming-<id>/`` stayed forever."""
 
 from __future__ import annotations

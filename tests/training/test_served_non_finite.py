@@ -1,4 +1,4 @@
-"""The served model refuses numbers it cannot score (components/training/export.py).
+"""The served model refuses numbers it cannot score (tfx_accum.components.training.export).
 
 ``serving_default`` on serialized tf.Examples, as TF Serving, the Evaluator and the
 BulkInferrer call it: inf, -inf or NaN in a float feature is an ``InvalidArgumentError``

@@ -1,7 +1,8 @@
-"""A push is what a server loads (components/training/serving_versions.py, pusher.py,
-pipeline/checks/cache_check.py): it lands in a new version newer than every other, and a
-cached push that is no longer the newest version, or is gone, is not served from the
-cache. tests/pipeline/test_served_truth.py runs the command through the cases."""
+"""A push is what a server loads (tfx_accum.components.training.serving_versions,
+tfx_accum.components.training.pusher, tfx_accum.pipeline.checks.cache_check): it lands in a new
+version newer than every other, and a cached push that is no longer the newest version, or is gone,
+is not served from the cache. tests/pipeline/test_served_truth.py runs the command through the
+cases."""
 
 from __future__ import annotations
 

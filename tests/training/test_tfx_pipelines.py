@@ -1,5 +1,5 @@
 """tfx-accum's ``tuner_fn`` and ``run_fn`` in TFX's *stock* Tuner and Trainer, in TFX's penguin
-example (tests/penguin_pipelines.py, #29): without and with TFX Transform, each through
+example (tests/penguin_pipelines.py): without and with TFX Transform, each through
 Evaluator (with a Resolver), Pusher and BulkInferrer. The pushed model is checked as TF
 Serving would use it: raw ``tf.Example``s in, its accuracy against the Evaluator's.
 """

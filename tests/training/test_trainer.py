@@ -1,4 +1,4 @@
-"""The Trainer module's pieces (components/training/trainer_module.py)."""
+"""The Trainer module's pieces (tfx_accum.components.training.trainer_module)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ def test_training_stops_after_exactly_train_steps_updates():
 
 
 def test_a_non_finite_loss_stops_training_at_once_with_one_line():
-    """#32: a loss that becomes NaN stopped nothing: every update ran, the Trainer said done."""
+    """A loss that becomes NaN stopped nothing: every update ran, the Trainer said done."""
     import keras_tuner
     import pytest
 

@@ -1,4 +1,4 @@
-"""The Trainer's backups: complete or set aside, never a stuck directory (issue #20).
+"""The Trainer's backups: complete or set aside, never a stuck directory.
 
 A small Keras model trains a few epochs with :class:`TrainingBackup`; its backups are then
 damaged as a stopped run or a full disk leaves them, and a new ``fit`` must resume from the

@@ -1,4 +1,4 @@
-"""``--target vertex --trainer-workers N``: the Trainer as TFX's Vertex AI Training job (#23).
+"""``--target vertex --trainer-workers N``: the Trainer as TFX's Vertex AI Training job.
 
 The compiled ``PipelineJob`` is validated with KFP's current protos, loaded by
 ``google.cloud.aiplatform.PipelineJob`` (as ``job.submit()`` would, offline), and its

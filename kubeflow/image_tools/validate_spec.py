@@ -7,7 +7,7 @@ It uses the protos of the current KFP release (2.17), which TFX 1.16's pinned KF
 predates, so it runs against its own small set of packages, isolated from the project's:
 
     pip install --no-deps --target .venv/kfp-spec -r kubeflow/validate-requirements.txt
-    PYTHONPATH=.venv/kfp-spec python -S kubeflow/validate_spec.py tfx_accum.yaml
+    PYTHONPATH=.venv/kfp-spec python -S tfx_accum.kubeflow.image_tools.validate_spec tfx_accum.yaml
 
 Prints a JSON summary of what it parsed; exits 1 with the reason when parsing fails.
 """

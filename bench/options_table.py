@@ -1,4 +1,7 @@
-"""The option tables of the README, made from the parser itself (a test checks them)."""
+"""The option tables of the docs, made from the parser itself (tests/test_docs.py checks them).
+
+A docs generator beside bench/figures.py, its one caller: not installed with the package.
+"""
 
 from __future__ import annotations
 
@@ -17,8 +20,8 @@ def options_markdown(command: str) -> str:
     """The option table of ``tfx-accum COMMAND`` in Markdown, made from the parser itself.
 
     The README's tables are this function's output (a test checks it), so every default is
-    written once, here in the code. Regenerate with ``python -c "from
-    tfx_accum.pipeline.cli.options_table import options_markdown as o; print(o('run'))"``.
+    written once, here in the code. Regenerated with the docs' other blocks:
+    ``python -m bench.figures``.
     """
     subparsers = next(a for a in _parser()._actions if isinstance(a, argparse._SubParsersAction))
     rows = ["| option | default | meaning |", "| --- | --- | --- |"]

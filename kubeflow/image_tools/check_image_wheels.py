@@ -2,8 +2,8 @@
 
 What broke the image before: a pinned requirement (``pyfarmhash`` 0.3.2) that exists only as
 a source distribution, on a slim base image without a compiler. This check reads the
-Dockerfile's own ``pip wheel`` and ``pip install`` lines (:mod:`~tfx_accum.kubeflow.dockerfile`)
-and, for each variant
+Dockerfile's own ``pip wheel`` and ``pip install`` lines
+(``tfx_accum.kubeflow.image_tools.dockerfile``) and, for each variant
 (``ACCELERATOR`` = cpu, gpu, tpu), works out the distributions it installs with their pinned
 versions, then asks their package index whether each has a wheel for the image's platform
 (CPython 3.10, manylinux x86_64 up to glibc 2.36: Debian bookworm). A requirement without
@@ -16,7 +16,7 @@ installed distributions' metadata; an extra (``tensorflow[and-cuda]``) adds the 
 extra declares. Indexes: PyPI's JSON simple API, or the ``-f`` URL of the line; an index that
 cannot be reached from here is reported as not verified (not as a pass).
 
-Usage: ``python -m tfx_accum.kubeflow.check_image_wheels [DOCKERFILE]`` (exit 1 on a
+Usage: ``python -m tfx_accum.kubeflow.image_tools.check_image_wheels [DOCKERFILE]`` (exit 1 on a
 problem). Needs network access to the package indexes.
 """
 
@@ -39,7 +39,7 @@ from packaging.requirements import Requirement
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from tfx_accum.kubeflow import dockerfile
+from tfx_accum.kubeflow.image_tools import dockerfile
 
 PYPI_SIMPLE = "https://pypi.org/simple/{name}/"
 PYTHON = (3, 10)
@@ -315,7 +315,7 @@ def check(dockerfile: str) -> tuple[list[str], list[str], dict[str, int]]:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    path = Path(argv[0]) if argv else Path(__file__).with_name("Dockerfile")
+    path = Path(argv[0]) if argv else Path(__file__).resolve().parents[1] / "Dockerfile"
     problems, unverified, counts = check(path.read_text())
     for line in unverified:
         print(f"not verified: {line}")

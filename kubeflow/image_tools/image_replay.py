@@ -26,8 +26,8 @@ WORKDIR`` then runs a compiled pipeline in the image's layout.
 
 Usage::
 
-    python -m tfx_accum.kubeflow.image_replay [--variant cpu] [--dockerfile kubeflow/Dockerfile]
-        [--context .] DIRECTORY
+    python -m tfx_accum.kubeflow.image_tools.image_replay [--variant cpu]
+        [--dockerfile kubeflow/Dockerfile] [--context .] DIRECTORY
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ import subprocess
 import sys
 from pathlib import Path, PurePosixPath
 
-from tfx_accum.kubeflow import dockerfile
+from tfx_accum.kubeflow.image_tools import dockerfile
 
 SYSTEM_COMMANDS = ("apt-get", "apt", "useradd", "groupadd", "install", "chown", "chmod", "rm")
 # Environment variables of the host that would change what the replayed steps do. A docker
@@ -296,7 +296,7 @@ class Replay:
         env.update(stage.args)
         env.update(stage.env)
         # A docker build starts every stage with an empty pip cache: so does the replay, so
-        # that a sdist that only builds from a warm cache (#36) fails here as it would there.
+        # that a sdist that only builds from a warm cache fails here as it would there.
         # (The final stage's installs are binary-only; uv's cache only saves downloads.)
         env["PIP_CACHE_DIR"] = str(stage.home / "pip-cache")
         env["PATH"] = f"{shims}{os.pathsep}{env.get('PATH', '')}"
@@ -345,7 +345,7 @@ def replay(
 
 
 def main(argv: list[str] | None = None) -> int:
-    here = Path(__file__).resolve().parent
+    here = Path(__file__).resolve().parents[1]  # kubeflow/, beside the Dockerfile
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("directory", type=Path, help="an empty directory for the replay")
     parser.add_argument("--dockerfile", type=Path, default=here / "Dockerfile")
