@@ -155,18 +155,20 @@ class DataSummary:
         """``64 numeric``, ``3 numeric, 1 string``, ``1 image 32x32x1``, for the data line:
         the columns the model reads (``settings``: the run's ``ModelSettings``; its
         ``--features``/``--exclude-features`` choose them, ``--categorical`` makes numbers
-        categories), their missing values, and how many columns are left out."""
-        read = self.description(settings).features
+        categories), their missing values, and how many columns are left out. Read off the
+        summary alone: the data line is printed before the run's console takes TensorFlow's
+        output, so nothing here may import Keras."""
+        read = self.read_kinds(settings)
         parts = []
         for kind in (NUMERIC, CATEGORICAL, STRING, IMAGE):
-            features = [f for f in read if f.kind == kind]
-            if features:
+            names = [name for name, k in read.items() if k == kind]
+            if names:
                 shape = ""
                 if kind == IMAGE:
-                    h, w, c = features[0].image_shape
+                    h, w, c = dict(self.image_shapes)[names[0]]
                     shape = f" {h}x{w}x{c}"
-                parts.append(f"{len(features)} {kind}{shape}")
-        names = {f.name for f in read}
+                parts.append(f"{len(names)} {kind}{shape}")
+        names = set(read)
         missing = sum(count for name, count in self.missing if name in names)
         left_out = len(self.kinds) - len(read)
         return (
@@ -196,6 +198,16 @@ class DataSummary:
             "0..{0} have no example (class indices should be 0..N-1)".format(self.num_classes - 1)
         )
 
+    def read_kinds(self, settings) -> dict[str, str]:
+        """The columns the model reads (``settings``: the run's ``ModelSettings``) and the
+        kind each is read as: ``--categorical`` integers as categories."""
+        kinds = dict(self.kinds)
+        categorical = set(settings.categorical_features)
+        return {
+            name: CATEGORICAL if name in categorical and kinds[name] == NUMERIC else kinds[name]
+            for name in chosen_features(list(kinds), settings)
+        }
+
     def description(self, settings):
         """The model's inputs as the components will see them (statistics left neutral),
         for checking a model function before anything runs. ``settings``: the run's
@@ -204,19 +216,17 @@ class DataSummary:
         from tfx_accum.components.data.features import DataDescription, InputFeature
 
         shapes, vocabularies = dict(self.image_shapes), dict(self.vocabularies)
-        kinds = dict(self.kinds)
-        chosen = chosen_features(list(kinds), settings)
-        names = input_names(chosen)
-        categorical = set(settings.categorical_features)
+        read = self.read_kinds(settings)
+        names = input_names(list(read))
         features = tuple(
             InputFeature(
                 name,
-                CATEGORICAL if name in categorical and kinds[name] == NUMERIC else kinds[name],
+                kind,
                 input_name=names[name],
                 vocabulary=vocabularies.get(name, ()),
                 image_shape=shapes.get(name, (0, 0, 0)),
             )
-            for name in chosen
+            for name, kind in read.items()
         )
         return DataDescription(
             features,

@@ -4,6 +4,8 @@ wrong model. Each bad case is a one-line error with exit code 2 and nothing writ
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -113,6 +115,26 @@ def test_the_data_lines_feature_counts_are_the_columns_the_model_reads(tmp_path)
     )
     only = ModelSettings(features=("x0",))
     assert summary.kind_counts(only) == "1 numeric; 3 columns left out"
+
+
+def test_the_data_line_is_made_without_keras(tmp_path):
+    """The data check and its line run before the run's console takes over the process's
+    output (TensorFlow writes to it at import), so they import neither Keras nor TensorFlow:
+    checked in a fresh process, as the command runs them."""
+    rows = [[i, i % 7, i % 2] for i in range(40)]
+    root = _csv(tmp_path, ["x0", "zip", "label"], rows)
+    code = (
+        "import sys\n"
+        "from tfx_accum.components.config.settings import ModelSettings\n"
+        "from tfx_accum.pipeline.checks.data import validate_data_root\n"
+        "settings = ModelSettings(categorical_features=('zip',))\n"
+        f"summary = validate_data_root({str(root)!r}, settings)\n"
+        "print(summary.kind_counts(settings))\n"
+        "print(sorted(m for m in ('keras', 'tensorflow') if m in sys.modules))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.splitlines() == ["1 numeric, 1 categorical", "[]"], proc.stdout
 
 
 def test_scikit_learn_column_names_get_safe_model_input_names():
