@@ -30,16 +30,20 @@ def _counts(output: str) -> dict[str, int]:
 
 
 def _timed(command: list[str], cwd: Path, env: dict[str, str] | None = None) -> dict:
-    start = time.monotonic()
-    proc = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True)
+    # The run's whole output goes to the log as it comes (follow it with tail -f; after a
+    # failure it holds the reason): the last run's only.
     log = Path(tempfile.gettempdir()) / "tfx-accum-test-tiers.log"
-    log.write_text(proc.stdout + proc.stderr)  # the last run's whole output, for a failure
+    print(f"{' '.join(command)} in {cwd}: output in {log}", flush=True)
+    start = time.monotonic()
+    with log.open("w") as out:
+        proc = subprocess.run(command, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT)
+    output = log.read_text(errors="replace")
     return {
         "seconds": round(time.monotonic() - start, 1),
         "exit": proc.returncode,
-        "counts": _counts(proc.stdout),
+        "counts": _counts(output),
         # (pytest's -ra summary names them: a failure in one round only is order or timing)
-        "failed_tests": re.findall(r"^(?:FAILED|ERROR) (\S+)", proc.stdout, re.M),
+        "failed_tests": re.findall(r"^(?:FAILED|ERROR) (\S+)", output, re.M),
     }
 
 
