@@ -15,7 +15,7 @@ from tfx_accum import needs_tfx  # noqa: F401 - first: without the tfx extra, on
 
 # isort: split
 import dataclasses
-from typing import Any
+from typing import Any, TypedDict
 
 from tfx.proto import trainer_pb2
 from tfx.types import artifact_utils, standard_artifacts, standard_component_specs
@@ -71,30 +71,49 @@ def optional_parameters(parameters: dict[str, type]) -> dict[str, ExecutionParam
     }
 
 
+class ModuleOptions(TypedDict, total=False):
+    """The Tuner's and Trainer's keyword arguments beyond their inputs and module function:
+    TFX's ``train_args``, ``eval_args`` and ``custom_config``; ``run_parameters``, values (or
+    ``RuntimeParameter`` s) of the component's run-time parameters; ``anomalies`` with
+    ``fail_on_anomalies``: the component does not start on data with anomalies."""
+
+    train_args: trainer_pb2.TrainArgs | None
+    eval_args: trainer_pb2.EvalArgs | None
+    custom_config: dict[str, Any] | None
+    run_parameters: dict[str, Any] | None
+    anomalies: channel_types.BaseChannel | None
+    fail_on_anomalies: bool
+
+
 def spec_arguments(
     parameters: dict[str, type],
-    run_parameters: dict[str, Any] | None,
     examples: channel_types.BaseChannel,
     schema: channel_types.BaseChannel,
     statistics: channel_types.BaseChannel,
-    train_args: trainer_pb2.TrainArgs | None,
-    eval_args: trainer_pb2.EvalArgs | None,
-    custom_config: dict[str, Any] | None,
-    anomalies: channel_types.BaseChannel | None,
-    fail_on_anomalies: bool,
+    options: ModuleOptions,
 ) -> dict[str, Any]:
     """The component spec's arguments the Tuner and the Trainer share: the run's
-    ``parameters`` that are set, the inputs, TFX's args and the ``custom_config``."""
+    ``parameters`` that are set, the inputs, TFX's args and the ``custom_config``; an
+    argument neither takes is a ``TypeError`` naming it."""
+    unknown = sorted(set(options) - set(ModuleOptions.__annotations__))
+    if unknown:
+        raise TypeError(
+            f"unexpected keyword arguments {unknown}; beside their inputs and module function "
+            f"the Tuner and Trainer take {sorted(ModuleOptions.__annotations__)}"
+        )
+    anomalies = options.get("anomalies")
     return dict(
-        **_only(run_parameters, parameters),
+        **_only(options.get("run_parameters"), parameters),
         examples=examples,
         schema=schema,
         statistics=statistics,
         anomalies=anomalies,
-        fail_on_anomalies=int(fail_on_anomalies) if anomalies is not None else None,
-        train_args=train_args or trainer_pb2.TrainArgs(),
-        eval_args=eval_args or trainer_pb2.EvalArgs(),
-        custom_config=json_utils.dumps(custom_config),
+        fail_on_anomalies=(
+            int(options.get("fail_on_anomalies", False)) if anomalies is not None else None
+        ),
+        train_args=options.get("train_args") or trainer_pb2.TrainArgs(),
+        eval_args=options.get("eval_args") or trainer_pb2.EvalArgs(),
+        custom_config=json_utils.dumps(options.get("custom_config")),
     )
 
 

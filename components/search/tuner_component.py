@@ -26,11 +26,10 @@ from tfx_accum import needs_tfx  # noqa: F401 - first: without the tfx extra, on
 
 # isort: split
 import dataclasses
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tfx.components.tuner import executor as tuner_executor
 from tfx.dsl.components.base import base_component, executor_spec
-from tfx.proto import trainer_pb2
 from tfx.types import channel as channel_types
 from tfx.types import standard_artifacts, standard_component_specs
 
@@ -38,6 +37,7 @@ from tfx_accum.components.data.anomalies import check_before_training
 from tfx_accum.components.data.component_inputs import (
     ANOMALIES_GATE,
     STATISTICS_INPUT,
+    ModuleOptions,
     check_run_parameter,
     module_config,
     optional_parameters,
@@ -45,6 +45,9 @@ from tfx_accum.components.data.component_inputs import (
     with_config,
     with_statistics,
 )
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 MAX_TRIALS, TUNING_EPOCHS = "max_trials", "tuning_epochs"
 TUNER_PARAMETERS = {MAX_TRIALS: int, TUNING_EPOCHS: int}  # into the search space
@@ -82,8 +85,9 @@ class TunerSpec(standard_component_specs.TunerSpec):
 
 class Tuner(base_component.BaseComponent):
     """TFX's Tuner (a ``tuner_fn`` by dotted path) that also receives the statistics;
-    ``run_parameters``: values (or ``RuntimeParameter`` s) of :data:`TUNER_PARAMETERS`;
-    ``anomalies`` with ``fail_on_anomalies``: it does not start on data with anomalies."""
+    ``options``: TFX's ``train_args``, ``eval_args``, ``custom_config``, and
+    ``run_parameters`` (of :data:`TUNER_PARAMETERS`), ``anomalies``, ``fail_on_anomalies``
+    (:class:`~tfx_accum.components.data.component_inputs.ModuleOptions`)."""
 
     SPEC_CLASS = TunerSpec
     EXECUTOR_SPEC = executor_spec.ExecutorClassSpec(TunerExecutor)
@@ -94,26 +98,10 @@ class Tuner(base_component.BaseComponent):
         schema: channel_types.BaseChannel,
         statistics: channel_types.BaseChannel,
         tuner_fn: str,
-        train_args: trainer_pb2.TrainArgs | None = None,
-        eval_args: trainer_pb2.EvalArgs | None = None,
-        custom_config: dict[str, Any] | None = None,
-        run_parameters: dict[str, Any] | None = None,
-        anomalies: channel_types.BaseChannel | None = None,
-        fail_on_anomalies: bool = False,
+        **options: Unpack[ModuleOptions],
     ):
         spec = TunerSpec(
-            **spec_arguments(
-                TUNER_PARAMETERS,
-                run_parameters,
-                examples,
-                schema,
-                statistics,
-                train_args,
-                eval_args,
-                custom_config,
-                anomalies,
-                fail_on_anomalies,
-            ),
+            **spec_arguments(TUNER_PARAMETERS, examples, schema, statistics, options),
             tuner_fn=tuner_fn,
             best_hyperparameters=channel_types.Channel(type=standard_artifacts.HyperParameters),
             tuner_results=channel_types.Channel(type=standard_artifacts.TunerResults),

@@ -33,12 +33,11 @@ from __future__ import annotations
 from tfx_accum import needs_tfx  # noqa: F401 - first: without the tfx extra, one line
 
 # isort: split
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tfx.components.trainer import executor as trainer_executor
 from tfx.components.util import udf_utils
 from tfx.dsl.components.base import base_component, executor_spec
-from tfx.proto import trainer_pb2
 from tfx.types import channel as channel_types
 from tfx.types import standard_artifacts, standard_component_specs
 from tfx.utils import json_utils
@@ -48,11 +47,15 @@ from tfx_accum.components.data.anomalies import check_before_training
 from tfx_accum.components.data.component_inputs import (
     ANOMALIES_GATE,
     STATISTICS_INPUT,
+    ModuleOptions,
     check_run_parameter,
     optional_parameters,
     spec_arguments,
     with_statistics,
 )
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 TRAIN_STEPS = "train_steps"
 TRAINER_PARAMETERS = {TRAIN_STEPS: int}  # into TrainArgs.num_steps
@@ -95,8 +98,10 @@ class TrainerSpec(standard_component_specs.TrainerSpec):
 
 class Trainer(base_component.BaseComponent):
     """TFX's Trainer (a ``run_fn`` by dotted path) that also receives the statistics;
-    ``run_parameters``: values (or ``RuntimeParameter`` s) of :data:`TRAINER_PARAMETERS`;
-    ``anomalies`` with ``fail_on_anomalies``: it does not start on data with anomalies."""
+    ``hyperparameters``: the Tuner's best; ``options``: TFX's ``train_args``, ``eval_args``,
+    ``custom_config``, and ``run_parameters`` (of :data:`TRAINER_PARAMETERS`),
+    ``anomalies``, ``fail_on_anomalies``
+    (:class:`~tfx_accum.components.data.component_inputs.ModuleOptions`)."""
 
     SPEC_CLASS = TrainerSpec
     EXECUTOR_SPEC = executor_spec.ExecutorClassSpec(TrainerExecutor)
@@ -108,26 +113,10 @@ class Trainer(base_component.BaseComponent):
         statistics: channel_types.BaseChannel,
         run_fn: str,
         hyperparameters: channel_types.BaseChannel | None = None,
-        train_args: trainer_pb2.TrainArgs | None = None,
-        eval_args: trainer_pb2.EvalArgs | None = None,
-        custom_config: dict[str, Any] | None = None,
-        run_parameters: dict[str, Any] | None = None,
-        anomalies: channel_types.BaseChannel | None = None,
-        fail_on_anomalies: bool = False,
+        **options: Unpack[ModuleOptions],
     ):
         spec = TrainerSpec(
-            **spec_arguments(
-                TRAINER_PARAMETERS,
-                run_parameters,
-                examples,
-                schema,
-                statistics,
-                train_args,
-                eval_args,
-                custom_config,
-                anomalies,
-                fail_on_anomalies,
-            ),
+            **spec_arguments(TRAINER_PARAMETERS, examples, schema, statistics, options),
             hyperparameters=hyperparameters,
             run_fn=run_fn,
             model=channel_types.Channel(type=standard_artifacts.Model),
