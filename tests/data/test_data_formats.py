@@ -116,7 +116,9 @@ def test_a_csv_with_text_columns_missing_values_and_text_labels(tmp_path):
         "--missing-values", "N/A", "--exclude-features", "notes",
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "features: 11 numeric, 1 string;" in proc.stdout and "missing values" in proc.stdout
+    # The columns the model reads: the 10 numbers and the size; notes is left out.
+    assert "features: 10 numeric, 1 string;" in proc.stdout and "missing values" in proc.stdout
+    assert "1 column left out" in proc.stdout
     assert "2 classes (benign, malignant)" in proc.stdout
     assert "blessed: yes" in proc.stdout
 
