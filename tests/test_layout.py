@@ -408,11 +408,14 @@ def test_tests_mirror_the_layout():
 
 
 def test_every_slow_xla_case_names_a_test():
-    from conftest import XLA_SWEEP
+    from conftest import XLA_OWN, XLA_SWEEP
 
+    sources = "".join(p.read_text() for p in (ROOT / "tests" / "accumulation").glob("test_*.py"))
+    for function in XLA_OWN:
+        assert f"def {function}(" in sources, function
     for node in XLA_SWEEP:
         path, _, name = node.partition("::")
         function, _, case = name.partition("[")
         source = (ROOT / path).read_text()
         assert f"def {function}(" in source and case.endswith("]"), node
-        assert "xla" in name, node
+        assert function in XLA_OWN, node
