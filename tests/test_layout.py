@@ -385,6 +385,35 @@ def test_every_package_docstring_names_its_room():
         assert room.split(".")[-1] in doc.lower() and "room" in doc.lower(), package
 
 
+ROOM_WORDS = re.compile(r"\b([a-z][a-z_.]*) room\b")
+
+
+def misplaced(name: str, doc: str) -> list[str]:
+    """The rooms a module's docstring names as its own (in its first paragraph: later ones may
+    point to a sibling elsewhere) that are not the room the module is in."""
+    room = room_of(name).split(".")[-1]
+    named = [word.split(".")[-1] for word in ROOM_WORDS.findall(doc.split("\n\n")[0].lower())]
+    # ("the configuration room" is the config room)
+    return [word for word in named if not (word.startswith(room) or room.startswith(word))]
+
+
+def test_every_module_is_in_the_room_its_docstring_names():
+    wrong = {}
+    for name, path in modules().items():
+        doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+        if misplaced(name, doc):
+            wrong[name] = misplaced(name, doc)
+    assert not wrong
+
+
+def test_the_room_check_sees_a_module_in_the_wrong_room():
+    both = "The training room's TFX components: the Trainer, and the Tuner."
+    assert misplaced("tfx_accum.components.training.tfx_components", both) == []
+    assert misplaced("tfx_accum.components.search.tfx_components", both) == ["training"]
+    sibling = "The Trainer.\n\nThe Tuner is its sibling in the search room."
+    assert misplaced("tfx_accum.components.training.trainer_component", sibling) == []
+
+
 def test_no_module_over_500_lines_without_a_reason():
     long = {}
     for name, path in modules().items():
