@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import functools
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -434,6 +435,45 @@ def test_tests_mirror_the_layout():
     # Only the helpers shared across folders, and tests of the root package, stay at the top.
     top = {p.stem for p in (ROOT / "tests").glob("test_*.py")}
     assert top == {"test_atomic_files", "test_interrupts", "test_layout", "test_docs"}
+
+
+def test_the_fast_tier_keeps_graph_cases_and_xlas_own_tests():
+    from types import SimpleNamespace
+
+    from conftest import XLA_SWEEP, slow_xla_case
+
+    def case(path: str, function: str, case_id: str | None):
+        nodeid = f"{path}::{function}" + (f"[{case_id}]" if case_id else "")
+        spec = SimpleNamespace(id=case_id) if case_id else None
+        return SimpleNamespace(nodeid=nodeid, name=function, originalname=function, callspec=spec)
+
+    matrix = "tests/accumulation/test_exactness_matrix.py"
+    assert slow_xla_case(case(matrix, "test_embedding_sparse_gradients", "sgd-uneven-xla"))
+    assert not slow_xla_case(case(matrix, "test_embedding_sparse_gradients", "sgd-uneven-graph"))
+    assert not slow_xla_case(case(matrix, "test_subclass_after_a_functional_instance_exists", None))
+    micro = "tests/accumulation/test_micro_batches.py"
+    assert not slow_xla_case(case(micro, "test_each_forward_pass_sees_one_micro_batch", "k1-xla"))
+    swept = XLA_SWEEP[0].partition("::")[2].partition("[")
+    assert slow_xla_case(case(micro, swept[0], swept[2].rstrip("]")))
+
+
+@pytest.mark.e2e
+def test_the_fast_tier_collects_no_xla_case_outside_xlas_own_tests():
+    """The marks are applied at collection, so ``-m "not e2e"`` leaves the XLA cases out."""
+    from conftest import XLA_OWN
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "--collect-only", "-p", "no:cacheprovider"]
+        + ["-m", "not e2e", "tests/accumulation/test_exactness_matrix.py"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:]
+    ids = [line for line in proc.stdout.splitlines() if "::" in line]
+    assert any("-graph]" in node for node in ids)
+    assert not [n for n in ids if "-xla]" in n and n.split("::")[1].split("[")[0] not in XLA_OWN]
 
 
 def test_every_slow_xla_case_names_a_test():
