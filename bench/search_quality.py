@@ -259,13 +259,7 @@ def run_plain(
     class PlainHyperModel(keras_tuner.HyperModel):
         def build(self, hp):
             hp.Choice(HP_BATCH_SIZE, batches, ordered=True)
-            learning_rate = hp.Float(
-                HP_LEARNING_RATE,
-                space.learning_rate_min,
-                space.learning_rate_max,
-                step=space.learning_rate_step,
-                sampling="log",
-            )
+            learning_rate = space.declare_learning_rate(hp)  # the same learning rates
             keras.utils.set_random_seed(seed)
             return plain_model(data, learning_rate)
 

@@ -35,13 +35,8 @@ install() {
     "tfx-accum[$2] @ file://$WHEEL" pytest pytest-xdist
 }
 install "$ENV" tensorflow
-TF_CPP_MIN_LOG_LEVEL=3 "$ENV/bin/python" - <<'PY' 2>/dev/null
-import importlib.util, sys, keras, tensorflow as tf
-extra = [n for n in ("tfx", "apache_beam", "keras_tuner", "sklearn") if importlib.util.find_spec(n)]
-assert not extra, f"the core install brought {extra}"
-print(f"[newest-stack] Python {sys.version.split()[0]}, TensorFlow {tf.__version__}, "
-      f"Keras {keras.__version__}; no tfx, apache_beam, keras_tuner, sklearn installed")
-PY
+TF_CPP_MIN_LOG_LEVEL=3 "$ENV/bin/python" scripts/stack_check.py newest-stack tensorflow \
+  tfx apache_beam keras_tuner sklearn 2>/dev/null
 echo "[newest-stack] tfx-accum[tensorflow] installed in $((SECONDS - start)) s; the model's tests on it"
 # From a directory outside the checkout, and with tests/conftest.py told not to put the
 # checkout on sys.path: tfx_accum can only come from the wheel.
@@ -61,14 +56,8 @@ start=$SECONDS
 cd "$ROOT"
 install "$JAX_ENV" jax
 # The JAX extra alone: no TensorFlow, by the interpreter's finder and by the installer's list.
-KERAS_BACKEND=jax "$JAX_ENV/bin/python" - <<'PY'
-import importlib.util, sys, jax, keras
-extra = [n for n in ("tensorflow", "tfx", "apache_beam", "keras_tuner", "sklearn")
-         if importlib.util.find_spec(n)]
-assert not extra, f"tfx-accum[jax] brought {extra}"
-print(f"[newest-stack] Python {sys.version.split()[0]}, JAX {jax.__version__}, "
-      f"Keras {keras.__version__}; no tensorflow, tfx, apache_beam, keras_tuner, sklearn installed")
-PY
+KERAS_BACKEND=jax "$JAX_ENV/bin/python" scripts/stack_check.py newest-stack jax \
+  tensorflow tfx apache_beam keras_tuner sklearn
 if "$UV" pip list --quiet --python "$JAX_ENV/bin/python" | grep -i '^tensorflow'; then
   echo "newest_stack: tfx-accum[jax] installed TensorFlow (above)" >&2
   exit 1

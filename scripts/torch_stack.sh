@@ -53,15 +53,9 @@ if [ "$(installed_torch)" != "$TORCH+cpu" ] || grep -i -E '^(nvidia-|triton|tens
   echo "torch_stack: tfx-accum[torch] brought torch $(installed_torch) or the packages above" >&2
   exit 1
 fi
-KERAS_BACKEND=torch "$ENV/bin/python" - <<'PY'
-import importlib.util, sys, keras, torch
-extra = [n for n in ("tensorflow", "jax", "tfx", "apache_beam", "keras_tuner", "sklearn")
-         if importlib.util.find_spec(n)]
-assert not extra, f"tfx-accum[torch] brought {extra}"
-assert not torch.cuda.is_available() and torch.version.cuda is None, "a CUDA build of torch"
-print(f"[torch-stack] Python {sys.version.split()[0]}, PyTorch {torch.__version__}, "
-      f"Keras {keras.__version__}; no tensorflow, jax, tfx, apache_beam, keras_tuner, sklearn")
-PY
+KERAS_BACKEND=torch "$ENV/bin/python" scripts/stack_check.py torch-stack torch \
+  tensorflow jax tfx apache_beam keras_tuner sklearn
+"$ENV/bin/python" -c "import torch; assert torch.version.cuda is None, 'a CUDA build of torch'"
 echo "[torch-stack] tfx-accum[torch] installed in $((SECONDS - start)) s; the exactness tests on PyTorch"
 workers=$(nproc 2>/dev/null || echo 1)
 [ "$workers" -le 4 ] || workers=4

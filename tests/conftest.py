@@ -90,42 +90,41 @@ UNIT = {module: name for name, modules in SHARED_SESSION_FIXTURES.items() for mo
 LONGEST_UNITS = ("first_run", "tests/pipeline/test_reliability.py", "image")
 
 
-# The exhaustive XLA sweeps, in the slow tier: each is one more XLA-compiled case of a
-# test whose graph cases and at least one XLA case stay in the fast tier (`-m "not e2e"`).
-# XLA's compile dominates them (seconds each); CI runs them all. tests/test_layout.py
-# checks that every id names a collected test.
+# XLA cases in the slow tier. Every exactness test keeps its graph cases in the fast tier
+# (`-m "not e2e"`); its XLA cases (XLA's compile dominates them, seconds each) are the slow
+# tier's, except in the tests of XLA's own paths (XLA_OWN: the static micro-batch schedule,
+# retracing, steps_per_execution, the loops as compiled for a GPU, the inputs XLA refuses, the
+# loss matrix's XLA cells), which keep theirs there but the exhaustive ones (XLA_SWEEP). CI
+# runs them all. tests/test_layout.py checks that every name and id names a collected test.
+XLA_OWN = frozenset(
+    {
+        "test_each_forward_pass_sees_one_micro_batch",
+        "test_jit_compile_and_steps_per_execution",
+        "test_loss_matrix",
+        "test_ragged_inputs_split_along_their_rows_or_refused_under_xla",
+        "test_sparse_inputs_under_xla_are_refused_in_one_line",
+        "test_under_xla_a_new_k_retraces_the_step",
+        "test_xla_loops_as_on_a_gpu",
+    }
+)
 XLA_SWEEP = (
     "tests/accumulation/test_micro_batches.py::test_xla_loops_as_on_a_gpu[masked-two-outputs]",
-    "tests/accumulation/test_micro_batches.py::test_masking_lstm_two_outputs_uneven_batch[xla]",
-    "tests/accumulation/test_micro_batches.py::test_layers_with_loops_and_uneven_batches[gru-xla]",
-    "tests/accumulation/test_micro_batches.py::test_layers_with_loops_and_uneven_batches[lstm-xla]",
-    "tests/accumulation/test_accumulation.py::"
-    "test_uneven_batches_sample_weights_and_regularizer[xla-momentum]",
-    "tests/accumulation/test_accumulation.py::"
-    "test_uneven_batches_sample_weights_and_regularizer[xla-sgd]",
-    "tests/accumulation/test_accumulation.py::"
-    "test_uneven_batches_sample_weights_and_regularizer[xla-sgd_small]",
-    "tests/accumulation/test_accumulation.py::"
-    "test_masked_sequence_loss_uses_whole_batch_valid_count[xla-adam]",
-    "tests/accumulation/test_accumulation.py::test_dict_inputs_and_multiple_outputs[xla-momentum]",
-    "tests/accumulation/test_exactness_matrix.py::"
-    "test_masked_and_plain_outputs_each_with_their_own_denominator[adam-xla]",
-    "tests/accumulation/test_exactness_matrix.py::"
-    "test_every_loss_reduction_with_sample_weights[adam-mean_with_sample_weight-xla]",
-    "tests/accumulation/test_exactness_matrix.py::"
-    "test_every_loss_reduction_with_sample_weights[adam-sum-xla]",
-    "tests/accumulation/test_exactness_matrix.py::"
-    "test_every_loss_reduction_with_sample_weights[adam-sum_over_batch_size-xla]",
-    "tests/accumulation/test_exactness_matrix.py::test_embedding_sparse_gradients[adam-even-xla]",
-    "tests/accumulation/test_exactness_matrix.py::test_embedding_sparse_gradients[adam-uneven-xla]",
-    "tests/accumulation/test_exactness_matrix.py::test_embedding_sparse_gradients[sgd-even-xla]",
-    "tests/accumulation/test_exactness_matrix.py::"
-    "test_add_loss_with_declared_reduction[batch-independent-xla]",
+    "tests/accumulation/test_micro_batches.py::test_xla_loops_as_on_a_gpu[lstm]",
 )
 
 
+def slow_xla_case(item) -> bool:
+    """Whether a collected test is one of the slow tier's XLA cases."""
+    callspec = getattr(item, "callspec", None)
+    if callspec is None:
+        return False
+    if getattr(item, "originalname", item.name) in XLA_OWN:
+        return item.nodeid in XLA_SWEEP
+    return "xla" in callspec.id.split("-")
+
+
 def pytest_itemcollected(item):  # at collection: before `-m` deselects by marker
-    if item.nodeid in XLA_SWEEP:
+    if slow_xla_case(item):
         item.add_marker(pytest.mark.e2e)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import functools
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -385,6 +386,35 @@ def test_every_package_docstring_names_its_room():
         assert room.split(".")[-1] in doc.lower() and "room" in doc.lower(), package
 
 
+ROOM_WORDS = re.compile(r"\b([a-z][a-z_.]*) room\b")
+
+
+def misplaced(name: str, doc: str) -> list[str]:
+    """The rooms a module's docstring names as its own (in its first paragraph: later ones may
+    point to a sibling elsewhere) that are not the room the module is in."""
+    room = room_of(name).split(".")[-1]
+    named = [word.split(".")[-1] for word in ROOM_WORDS.findall(doc.split("\n\n")[0].lower())]
+    # ("the configuration room" is the config room)
+    return [word for word in named if not (word.startswith(room) or room.startswith(word))]
+
+
+def test_every_module_is_in_the_room_its_docstring_names():
+    wrong = {}
+    for name, path in modules().items():
+        doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+        if misplaced(name, doc):
+            wrong[name] = misplaced(name, doc)
+    assert not wrong
+
+
+def test_the_room_check_sees_a_module_in_the_wrong_room():
+    both = "The training room's TFX components: the Trainer, and the Tuner."
+    assert misplaced("tfx_accum.components.training.tfx_components", both) == []
+    assert misplaced("tfx_accum.components.search.tfx_components", both) == ["training"]
+    sibling = "The Trainer.\n\nThe Tuner is its sibling in the search room."
+    assert misplaced("tfx_accum.components.training.trainer_component", sibling) == []
+
+
 def test_no_module_over_500_lines_without_a_reason():
     long = {}
     for name, path in modules().items():
@@ -407,12 +437,54 @@ def test_tests_mirror_the_layout():
     assert top == {"test_atomic_files", "test_interrupts", "test_layout", "test_docs"}
 
 
-def test_every_slow_xla_case_names_a_test():
-    from conftest import XLA_SWEEP
+def test_the_fast_tier_keeps_graph_cases_and_xlas_own_tests():
+    from types import SimpleNamespace
 
+    from conftest import XLA_SWEEP, slow_xla_case
+
+    def case(path: str, function: str, case_id: str | None):
+        nodeid = f"{path}::{function}" + (f"[{case_id}]" if case_id else "")
+        spec = SimpleNamespace(id=case_id) if case_id else None
+        return SimpleNamespace(nodeid=nodeid, name=function, originalname=function, callspec=spec)
+
+    matrix = "tests/accumulation/test_exactness_matrix.py"
+    assert slow_xla_case(case(matrix, "test_embedding_sparse_gradients", "sgd-uneven-xla"))
+    assert not slow_xla_case(case(matrix, "test_embedding_sparse_gradients", "sgd-uneven-graph"))
+    assert not slow_xla_case(case(matrix, "test_subclass_after_a_functional_instance_exists", None))
+    micro = "tests/accumulation/test_micro_batches.py"
+    assert not slow_xla_case(case(micro, "test_each_forward_pass_sees_one_micro_batch", "k1-xla"))
+    swept = XLA_SWEEP[0].partition("::")[2].partition("[")
+    assert slow_xla_case(case(micro, swept[0], swept[2].rstrip("]")))
+
+
+@pytest.mark.e2e
+def test_the_fast_tier_collects_no_xla_case_outside_xlas_own_tests():
+    """The marks are applied at collection, so ``-m "not e2e"`` leaves the XLA cases out."""
+    from conftest import XLA_OWN
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "--collect-only", "-p", "no:cacheprovider"]
+        + ["-m", "not e2e", "tests/accumulation/test_exactness_matrix.py"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:]
+    ids = [line for line in proc.stdout.splitlines() if "::" in line]
+    assert any("-graph]" in node for node in ids)
+    assert not [n for n in ids if "-xla]" in n and n.split("::")[1].split("[")[0] not in XLA_OWN]
+
+
+def test_every_slow_xla_case_names_a_test():
+    from conftest import XLA_OWN, XLA_SWEEP
+
+    sources = "".join(p.read_text() for p in (ROOT / "tests" / "accumulation").glob("test_*.py"))
+    for function in XLA_OWN:
+        assert f"def {function}(" in sources, function
     for node in XLA_SWEEP:
         path, _, name = node.partition("::")
         function, _, case = name.partition("[")
         source = (ROOT / path).read_text()
         assert f"def {function}(" in source and case.endswith("]"), node
-        assert "xla" in name, node
+        assert function in XLA_OWN, node

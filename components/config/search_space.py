@@ -291,14 +291,17 @@ class SearchSpace:
         """
         k = hp.Choice(HP_ACCUMULATION_STEPS, list(self.accumulation_steps_choices), ordered=True)
         m = hp.Choice(HP_MICRO_BATCH_SIZE, list(self.micro_batch_choices), ordered=True)
-        lr = hp.Float(
+        return k, m, self.declare_learning_rate(hp)
+
+    def declare_learning_rate(self, hp) -> float:
+        """Declares the learning rate alone in ``hp`` (log-spaced steps); returns its value."""
+        return hp.Float(
             HP_LEARNING_RATE,
             self.learning_rate_min,
             self.learning_rate_max,
             step=self.learning_rate_step,
             sampling="log",
         )
-        return k, m, lr
 
     def within_limit(self, values: dict[str, Any]) -> dict[str, Any]:
         """``values`` moved within ``max_effective_batch`` (see ``search_policy``)."""

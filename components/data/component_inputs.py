@@ -20,7 +20,7 @@ from typing import Any, TypedDict
 from tfx.proto import trainer_pb2
 from tfx.types import artifact_utils, standard_artifacts, standard_component_specs
 from tfx.types import channel as channel_types
-from tfx.types.component_spec import ChannelParameter, ExecutionParameter
+from tfx.types.component_spec import ChannelParameter, ComponentSpec, ExecutionParameter
 from tfx.utils import json_utils
 
 from tfx_accum.components.accumulation.arguments import validate_positive_int
@@ -69,6 +69,19 @@ def optional_parameters(parameters: dict[str, type]) -> dict[str, ExecutionParam
     return {
         name: ExecutionParameter(type=ptype, optional=True) for name, ptype in parameters.items()
     }
+
+
+def spec_inputs(stock: type[ComponentSpec]) -> dict[str, ChannelParameter]:
+    """The stock component spec's input channels, with the statistics and the anomalies."""
+    return {**stock.INPUTS, **STATISTICS_INPUT}
+
+
+def spec_parameters(
+    stock: type[ComponentSpec], parameters: dict[str, type]
+) -> dict[str, ExecutionParameter]:
+    """The stock component spec's execution properties, with a run's ``parameters`` and the
+    anomalies gate."""
+    return {**stock.PARAMETERS, **optional_parameters(parameters), **ANOMALIES_GATE}
 
 
 class ModuleOptions(TypedDict, total=False):

@@ -7,17 +7,9 @@ TFX's own Tuner, extended the way TFX components are: a component spec with the 
 and writes a run's parameter values into its search space (:func:`tuner_properties`), then
 runs TFX's executor unchanged. ``tuner_fn`` and every other argument are TFX's.
 
-Why execution properties: TFX 1.16's Kubeflow compiler makes a ``RuntimeParameter`` a
-pipeline parameter only when it is a component's *whole* execution property; one inside
-``custom_config`` is never substituted (tfx_accum.pipeline.run_parameters).
-
-Example (what tfx_accum.pipeline.pipeline does):
-
-```python
-tuner = Tuner(examples=..., schema=..., statistics=statistics_gen.outputs["statistics"],
-              tuner_fn="tfx_accum.components.search.tuner_module.tuner_fn",
-              custom_config=module_config(...))
-```
+Execution properties, not ``custom_config``, carry a run's values because TFX's Kubeflow
+compiler substitutes only those (tfx_accum.pipeline.run_parameters). Used as
+TFX's (docs/tfx.md), with one more input: ``statistics=statistics_gen.outputs["statistics"]``.
 """
 
 from __future__ import annotations
@@ -35,13 +27,12 @@ from tfx.types import standard_artifacts, standard_component_specs
 
 from tfx_accum.components.data.anomalies import check_before_training
 from tfx_accum.components.data.component_inputs import (
-    ANOMALIES_GATE,
-    STATISTICS_INPUT,
     ModuleOptions,
     check_run_parameter,
     module_config,
-    optional_parameters,
     spec_arguments,
+    spec_inputs,
+    spec_parameters,
     with_config,
     with_statistics,
 )
@@ -75,12 +66,8 @@ class TunerExecutor(tuner_executor.Executor):
 
 
 class TunerSpec(standard_component_specs.TunerSpec):
-    INPUTS = {**standard_component_specs.TunerSpec.INPUTS, **STATISTICS_INPUT}
-    PARAMETERS = {
-        **standard_component_specs.TunerSpec.PARAMETERS,
-        **optional_parameters(TUNER_PARAMETERS),
-        **ANOMALIES_GATE,
-    }
+    INPUTS = spec_inputs(standard_component_specs.TunerSpec)
+    PARAMETERS = spec_parameters(standard_component_specs.TunerSpec, TUNER_PARAMETERS)
 
 
 class Tuner(base_component.BaseComponent):

@@ -8,9 +8,8 @@ module and writes a run's ``train_steps`` where TFX reads it (:func:`trainer_pro
 then runs TFX's executor unchanged. ``run_fn`` and every other argument are TFX's. (The
 Tuner is its sibling in the search room: ``search.tuner_component``.)
 
-Why execution properties: TFX 1.16's Kubeflow compiler makes a ``RuntimeParameter`` a
-pipeline parameter only when it is a component's *whole* execution property; one inside
-``custom_config`` or a ``TrainArgs`` proto is never substituted (tfx_accum.pipeline.run_parameters).
+Execution properties, not ``custom_config`` or ``TrainArgs``, carry a run's values because
+TFX's Kubeflow compiler substitutes only those (tfx_accum.pipeline.run_parameters).
 
 **Several machines.** The Trainer's executor runs in every worker of a multi-worker
 training job (``TF_CONFIG``; tfx_accum.components.accumulation.multi_worker); TFX's check that
@@ -19,13 +18,8 @@ Training form of this Trainer is in tfx_accum.components.training.vertex_trainer
 TFX extension imports Google Cloud's AI Platform client, seconds of start-up that a local
 run or an ordinary Trainer pod must not pay).
 
-Example (what tfx_accum.pipeline.pipeline does):
-
-```python
-trainer = Trainer(examples=..., schema=..., statistics=statistics_gen.outputs["statistics"],
-                  run_fn="tfx_accum.components.training.trainer_module.run_fn",
-                  custom_config=module_config(...))
-```
+Used as TFX's (docs/tfx.md), with one more input:
+``statistics=statistics_gen.outputs["statistics"]``.
 """
 
 from __future__ import annotations
@@ -45,12 +39,11 @@ from tfx.utils import json_utils
 from tfx_accum.components.accumulation.multi_worker import Cluster
 from tfx_accum.components.data.anomalies import check_before_training
 from tfx_accum.components.data.component_inputs import (
-    ANOMALIES_GATE,
-    STATISTICS_INPUT,
     ModuleOptions,
     check_run_parameter,
-    optional_parameters,
     spec_arguments,
+    spec_inputs,
+    spec_parameters,
     with_statistics,
 )
 
@@ -88,12 +81,8 @@ class TrainerExecutor(trainer_executor.GenericExecutor):
 
 
 class TrainerSpec(standard_component_specs.TrainerSpec):
-    INPUTS = {**standard_component_specs.TrainerSpec.INPUTS, **STATISTICS_INPUT}
-    PARAMETERS = {
-        **standard_component_specs.TrainerSpec.PARAMETERS,
-        **optional_parameters(TRAINER_PARAMETERS),
-        **ANOMALIES_GATE,
-    }
+    INPUTS = spec_inputs(standard_component_specs.TrainerSpec)
+    PARAMETERS = spec_parameters(standard_component_specs.TrainerSpec, TRAINER_PARAMETERS)
 
 
 class Trainer(base_component.BaseComponent):

@@ -55,6 +55,7 @@ def saved_model(tmp_path_factory) -> Path:
     return path
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(
     "imports",
     [

@@ -80,6 +80,7 @@ def data(tmp_path_factory) -> Path:
     return root
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("executor", [csv_examples.Executor, CsvExecutor])
 def test_the_same_examples_in_the_same_splits_as_tfx(data, tmp_path, executor):
     stock = _run(csv_executor.Executor, data, tmp_path / "stock")
@@ -91,6 +92,7 @@ def test_the_same_examples_in_the_same_splits_as_tfx(data, tmp_path, executor):
         assert ours[split] == stock[split], split
 
 
+@pytest.mark.e2e
 def test_three_custom_splits_as_tfx(data, tmp_path):
     config = example_gen_pb2.Output(
         split_config=example_gen_pb2.SplitConfig(

@@ -148,6 +148,7 @@ def multiclass_runs(tmp_path_factory, multiclass_data):
     }
 
 
+@pytest.mark.e2e
 def test_the_majority_class_model_is_not_blessed_on_skewed_data(multiclass_runs, multiclass_data):
     _, y = multiclass_data
     share = np.bincount(y).max() / len(y)
@@ -164,6 +165,7 @@ def test_the_majority_class_model_is_not_blessed_on_skewed_data(multiclass_runs,
     )
 
 
+@pytest.mark.e2e
 def test_a_good_multiclass_model_is_blessed(multiclass_runs, multiclass_data):
     x, y = multiclass_data
     accuracy = np.mean(rule(x) == y)
@@ -178,6 +180,7 @@ def test_a_good_multiclass_model_is_blessed(multiclass_runs, multiclass_data):
     )
 
 
+@pytest.mark.e2e
 def test_a_bless_threshold_is_a_bar_on_top_of_the_baseline(multiclass_runs, multiclass_data):
     x, y = multiclass_data
     evaluation = multiclass_runs["good_threshold"]
@@ -226,6 +229,7 @@ def binary_runs(tmp_path_factory, binary_data):
     }
 
 
+@pytest.mark.e2e
 def test_binary_auc_precision_and_recall_of_class_1(binary_runs, binary_data):
     x, y = binary_data
     p1 = tf.sigmoid((x - 0.75) * 12.0).numpy()
@@ -242,6 +246,7 @@ def test_binary_auc_precision_and_recall_of_class_1(binary_runs, binary_data):
     assert f"class 1: auc {m['auc']:.4f}, precision" in evaluation_line(evaluation, tasks.BINARY)
 
 
+@pytest.mark.e2e
 def test_a_constant_binary_model_beats_neither_the_majority_nor_chance(binary_runs):
     evaluation = binary_runs["constant_auc"]
     assert evaluation.metrics["auc"] == pytest.approx(0.5)
@@ -290,6 +295,7 @@ def regression_runs(tmp_path_factory, regression_data):
     }
 
 
+@pytest.mark.e2e
 def test_always_predicting_the_mean_is_not_blessed(regression_runs, regression_data):
     _, y = regression_data
     y64 = y.astype(np.float64)
@@ -302,6 +308,7 @@ def test_always_predicting_the_mean_is_not_blessed(regression_runs, regression_d
     assert reason.startswith("mse ") and "does not beat the mean predictor's" in reason
 
 
+@pytest.mark.e2e
 def test_a_good_regression_model_is_blessed(regression_runs, regression_data):
     x, y = regression_data
     y64, p = y.astype(np.float64), 200.0 + 30.0 * x.astype(np.float64)
@@ -317,6 +324,7 @@ def test_a_good_regression_model_is_blessed(regression_runs, regression_data):
     assert f"mae {m['mean_absolute_error']:.4f}" in line  # about 8
 
 
+@pytest.mark.e2e
 def test_an_mse_threshold_is_an_upper_bound(regression_runs):
     evaluation = regression_runs["good_threshold"]
     assert evaluation.metrics["mean_squared_error"] > 50.0
@@ -331,6 +339,7 @@ def test_an_mse_threshold_is_an_upper_bound(regression_runs):
 # --- the run summary and the pipeline ----------------------------------------------------
 
 
+@pytest.mark.e2e
 def test_the_summary_says_why_the_model_was_not_blessed(multiclass_runs, regression_runs):
     from tfx_accum.pipeline.cli.report import RunSummary
     from tfx_accum.pipeline.cli.summary import summary_lines as _summary_lines

@@ -124,6 +124,7 @@ def _ours(shared, config):
     return evaluator_inputs.custom_extractors(shared, config, None)
 
 
+@pytest.mark.e2e
 def test_the_metrics_equal_tfmas_defaults(saved):
     ours, keyed = _metrics(saved, "ours", _ours)
     default, default_keyed = _metrics(saved, "default", lambda m, c: None)
@@ -134,6 +135,7 @@ def test_the_metrics_equal_tfmas_defaults(saved):
     assert (keyed, default_keyed) == (0, 500)
 
 
+@pytest.mark.e2e
 def test_a_feature_slice_keeps_tfmas_slicer(saved):
     """Slices of a feature's values: TFMA's slicer keys every example, and every slice's
     metrics equal TFMA's defaults'."""
@@ -206,6 +208,7 @@ def _sampled_labels(config: tfma.EvalConfig) -> tfma.EvalConfig:
     return config
 
 
+@pytest.mark.e2e
 def test_a_metric_reading_the_features_keeps_them(saved):
     """A metric that reads a feature after slicing: the overall slice is still keyed per
     batch, and the features reach it (the metrics equal TFMA's defaults')."""

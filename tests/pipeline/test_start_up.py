@@ -15,6 +15,7 @@ from tfx_accum.pipeline.beam_args import local_beam_args, pod_beam_args, without
 from tfx_accum.pipeline.local.dask_cluster import dask_beam_args
 
 
+@pytest.mark.e2e
 def test_a_local_run_never_imports_the_google_cloud_clients():
     """``from tfx import v1`` imports TFX's Google Cloud extensions, and with them
     ``google.cloud.aiplatform``, slow to import. A local run builds, and the Tuner and Trainer

@@ -73,6 +73,7 @@ def test_the_flag_makes_fewer_fuller_batches_of_the_same_examples(tmp_path, sett
     assert max(by_bytes) > 1000  # beyond the time-tuned batches' cap
 
 
+@pytest.mark.e2e
 def test_the_local_runners_workers_batch_by_bytes(monkeypatch):
     """Each worker process answers through tests/tfxio_probe.py (importable there through
     PYTHONPATH, which the workers inherit)."""

@@ -29,6 +29,9 @@ from tfx_accum.components.config import tasks
 from tfx_accum.components.training import baseline_metrics as bm
 from tfx_accum.pipeline.evaluation import eval_config, read_evaluation
 
+# Each test reads TFMA runs of Beam pipelines (module fixtures): the slow tier.
+pytestmark = pytest.mark.e2e
+
 LABEL = "label"
 N = 3000
 WEIGHTS = np.array([[2.0, -1.0, 0.5], [-1.0, 1.5, 0.2]], np.float32)  # 2 features -> 3 classes

@@ -10,6 +10,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+# Fresh processes and a benchmark run: the slow tier.
+pytestmark = pytest.mark.e2e
+
 ROOT = Path(__file__).resolve().parents[2]
 PROJECT = ("tfx_accum", "bench")
 

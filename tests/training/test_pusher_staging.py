@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 
+import pytest
 from pushes import push
 
 from tfx_accum.components.training.pusher import (
@@ -20,6 +21,7 @@ from tfx_accum.components.training.pusher import (
 )
 
 
+@pytest.mark.e2e
 def test_a_killed_pushs_staging_is_removed_and_a_live_ones_kept(tmp_path):
     base = tmp_path / "serving"
     base.mkdir()
