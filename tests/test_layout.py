@@ -399,12 +399,10 @@ def misplaced(name: str, doc: str) -> list[str]:
 
 
 def test_every_module_is_in_the_room_its_docstring_names():
-    wrong = {}
-    for name, path in modules().items():
-        doc = ast.get_docstring(ast.parse(path.read_text())) or ""
-        if misplaced(name, doc):
-            wrong[name] = misplaced(name, doc)
-    assert not wrong
+    docs = {
+        name: ast.get_docstring(ast.parse(path.read_text())) for name, path in modules().items()
+    }
+    assert not {name: wrong for name, doc in docs.items() if (wrong := misplaced(name, doc or ""))}
 
 
 def test_the_room_check_sees_a_module_in_the_wrong_room():
